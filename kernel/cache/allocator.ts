@@ -1,0 +1,89 @@
+/**
+ * The cache-global seq allocator: monotonic int64 from 1, persisted at
+ * `<cacheRoot>/_hyp_ingest_seq.json` as the decimal end of the last durably
+ * reserved block. A block is reserved (write-file-atomic, fsync) before any
+ * seq in it is stamped, so a crash leaves gaps but never re-issues a seq.
+ * @ref LLP 0001: allocator and commit ordering
+ */
+import { join } from 'node:path';
+import { HypsinkError } from '../../types/errors.js';
+import { fault } from '../fault.js';
+import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
+import { KeyedMutex } from '../mutex.js';
+
+interface AllocatorFile {
+  v: 1;
+  /** Every seq ≤ reservedThrough may have been handed out. The next block starts above it. */
+  reservedThrough: string;
+}
+
+export interface SeqRange {
+  readonly first: bigint;
+  readonly last: bigint;
+}
+
+export class SeqAllocator {
+  private next = 0n;
+  private end = -1n; // inclusive; next > end means no block in hand
+  private readonly mutex = new KeyedMutex();
+  readonly path: string;
+
+  constructor(
+    cacheRoot: string,
+    private readonly blockSize = 1024,
+  ) {
+    this.path = join(cacheRoot, '_hyp_ingest_seq.json');
+  }
+
+  /**
+   * Forget the block in hand. Called whenever this process takes the cache writer
+   * lock from nobody: another process may have reserved (and committed) higher
+   * seqs meanwhile, and stamping our older leftovers after theirs would break
+   * "commit order = seq order" within a partition.
+   */
+  invalidate(): void {
+    this.next = 0n;
+    this.end = -1n;
+  }
+
+  /** `n` contiguous seqs. Caller holds the cache writer lock and the partition's commit section. */
+  allocate(n: number): Promise<SeqRange> {
+    if (!Number.isInteger(n) || n <= 0) throw new RangeError(`allocate(${n})`);
+    return this.mutex.run('alloc', async () => {
+      const want = BigInt(n);
+      if (this.end - this.next + 1n < want) {
+        // Contiguity within a commit keeps pruned-range records compact; the rest of the block is a gap.
+        const reserved = await this.readReserved();
+        const first = reserved + 1n;
+        const size = want > BigInt(this.blockSize) ? want : BigInt(this.blockSize);
+        const end = first + size - 1n;
+        await writeJsonAtomic(this.path, { v: 1, reservedThrough: end.toString() } satisfies AllocatorFile);
+        fault('alloc.afterReserve');
+        this.next = first;
+        this.end = end;
+      }
+      const first = this.next;
+      this.next += want;
+      return { first, last: first + want - 1n };
+    });
+  }
+
+  async readReserved(): Promise<bigint> {
+    const file = await readJsonFile<AllocatorFile>(
+      this.path,
+      (v) => {
+        const f = v as Partial<AllocatorFile>;
+        return f && f.v === 1 && isDecimalSeq(f.reservedThrough) ? null : 'expected {"v":1,"reservedThrough":"<decimal>"}';
+      },
+      'seq allocator file',
+    );
+    const reserved = file ? BigInt(file.reservedThrough) : 0n;
+    if (reserved < this.end) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_INVARIANT',
+        `seq allocator file ${this.path} went backwards (${reserved} < ${this.end} already handed out)`,
+      );
+    }
+    return reserved;
+  }
+}

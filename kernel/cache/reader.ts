@@ -1,0 +1,246 @@
+/**
+ * The storage service: incremental reads in seq order. Files and row groups
+ * whose seq range lies outside `(since, until]` are skipped from manifest
+ * statistics without being opened; a read with nothing new opens no data file.
+ * @ref LLP 0003: seq-stat pruning
+ */
+import { type Data, Field, makeData, RecordBatch, Schema, Struct, type Vector } from 'apache-arrow';
+import { HypsinkError } from '../../types/errors.js';
+import type { ColumnSpec, DatasetSchema, Row } from '../../types/schema.js';
+import type {
+  BatchWithAfter,
+  PartitionRef,
+  PartitionStats,
+  ReadCounters,
+  ReadRowsOptions,
+  ReadSinceOptions,
+  RowWithAfter,
+  StorageService,
+  TableRef,
+} from '../../types/storage.js';
+import { arrowType, buildColumn, SEQ_COLUMN, toRowValue } from './columns.js';
+import { effSeq, type FileEntry, manifestHighWater, manifestRows } from './manifest.js';
+import { ParquetReader } from './parquet.js';
+import type { PartitionStore, Snapshot } from './partition.js';
+
+export interface ReaderHost {
+  store(table: TableRef): PartitionStore;
+  schema(dataset: string): DatasetSchema;
+  listPartitions(dataset?: string): Promise<PartitionRef[]>;
+  partition(dataset: string, source: string): PartitionRef;
+}
+
+const NO_SINCE = -1n;
+
+function bounds(opts: ReadSinceOptions | undefined, snap: Snapshot): { lo: bigint; hi: bigint } | null {
+  const hw = manifestHighWater(snap.manifest);
+  if (hw === null) return null;
+  const lo = opts?.since ? BigInt(opts.since.seq) : NO_SINCE;
+  const hi = opts?.until ? BigInt(opts.until.seq) : BigInt(hw);
+  return lo < hi || (lo === NO_SINCE && hi >= 0n) ? { lo, hi } : null;
+}
+
+const overlaps = (min: string | null, max: string | null, lo: bigint, hi: bigint) => effSeq(max) > lo && effSeq(min) <= hi;
+
+/** First index in [0, n) whose seq is > x (seqs ascending, null as 0). */
+function upperBound(seqs: Vector | null, n: number, x: bigint): number {
+  let a = 0;
+  let b = n;
+  while (a < b) {
+    const m = (a + b) >> 1;
+    const v = seqs?.get(m) as bigint | null | undefined;
+    if ((v ?? 0n) > x) b = m;
+    else a = m + 1;
+  }
+  return a;
+}
+
+export class CacheStorage implements StorageService {
+  readonly counters: ReadCounters = { filesOpened: 0, rowGroupsRead: 0, bytesRead: 0, rowsRead: 0 };
+
+  constructor(private readonly host: ReaderHost) {}
+
+  listPartitions(dataset?: string): Promise<PartitionRef[]> {
+    return this.host.listPartitions(dataset);
+  }
+
+  partition(dataset: string, source: string): PartitionRef {
+    return this.host.partition(dataset, source);
+  }
+
+  schema(dataset: string): DatasetSchema {
+    return this.host.schema(dataset);
+  }
+
+  async stats(table: TableRef): Promise<PartitionStats> {
+    const snap = await this.host.store(table).snapshot();
+    try {
+      return {
+        rows: manifestRows(snap.manifest),
+        files: snap.manifest.files.length,
+        highWater: manifestHighWater(snap.manifest),
+        prunedThroughSeq: snap.manifest.prunedThroughSeq,
+      };
+    } finally {
+      await snap.release();
+    }
+  }
+
+  async *readRows(table: TableRef, columns?: readonly string[], opts?: ReadRowsOptions): AsyncIterable<Row> {
+    for await (const { row } of this.readRowsSince(table, { since: opts?.since ?? null, columns })) yield row;
+  }
+
+  async *readRowsSince(table: TableRef, opts?: ReadSinceOptions): AsyncIterable<RowWithAfter> {
+    const store = this.host.store(table);
+    const cols = this.projection(store.ref.dataset, opts?.columns);
+    for await (const { batch, seqs } of this.scan(store, opts, cols)) {
+      const vectors = cols.map((c) => batch.getChild(c.name));
+      for (let i = 0; i < batch.numRows; i++) {
+        const row: Row = {};
+        for (let c = 0; c < cols.length; c++) row[cols[c]!.name] = toRowValue(cols[c]!.type, vectors[c]?.get(i));
+        const seq = (seqs[i] ?? 0n).toString();
+        yield { row, after: { v: 1, seq } };
+      }
+    }
+  }
+
+  async *readBatchesSince(table: TableRef, opts?: ReadSinceOptions): AsyncIterable<BatchWithAfter> {
+    const store = this.host.store(table);
+    const cols = this.projection(store.ref.dataset, opts?.columns);
+    for await (const { batch, seqs } of this.scan(store, opts, cols)) {
+      const last = seqs[seqs.length - 1] ?? 0n;
+      yield { batch, rows: batch.numRows, after: { v: 1, seq: last.toString() } };
+    }
+  }
+
+  async countRowsSince(table: TableRef, opts?: ReadSinceOptions): Promise<number> {
+    const store = this.host.store(table);
+    const snap = await store.snapshot();
+    try {
+      const b = bounds(opts, snap);
+      if (!b) return 0;
+      let n = 0;
+      for (const f of snap.manifest.files) {
+        if (!overlaps(f.minSeq, f.maxSeq, b.lo, b.hi)) continue;
+        const straddle: number[] = [];
+        f.rowGroups.forEach((rg, i) => {
+          if (!overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi)) return;
+          if (effSeq(rg.minSeq) > b.lo && effSeq(rg.maxSeq) <= b.hi) n += rg.rows;
+          else straddle.push(i);
+        });
+        if (straddle.length === 0) continue;
+        // Only the row groups cut by a bound are opened, and only their seq column.
+        const reader = await ParquetReader.open(`${snap.dir}/${f.name}`, this.counters);
+        try {
+          for (const i of straddle) {
+            for (const batch of await reader.readRowGroup(i, [SEQ_COLUMN])) {
+              const seqs = batch.getChild(SEQ_COLUMN);
+              n += upperBound(seqs, batch.numRows, b.hi) - upperBound(seqs, batch.numRows, b.lo);
+            }
+          }
+        } finally {
+          reader.close();
+        }
+      }
+      return n;
+    } finally {
+      await snap.release();
+    }
+  }
+
+  private projection(dataset: string, columns?: readonly string[]): ColumnSpec[] {
+    const schema = this.host.schema(dataset);
+    if (!columns) return [...schema.columns];
+    return columns.map((name) => {
+      const c = schema.columns.find((x) => x.name === name);
+      if (!c) throw new HypsinkError('HYPSINK_ERR_INPUT', `dataset "${dataset}" has no column "${name}"`);
+      return c;
+    });
+  }
+
+  /** The core scan: seq-ordered batches of user columns within bounds, with their seqs. */
+  private async *scan(
+    store: PartitionStore,
+    opts: ReadSinceOptions | undefined,
+    cols: readonly ColumnSpec[],
+  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[] }> {
+    const snap = await store.snapshot();
+    try {
+      const b = bounds(opts, snap);
+      if (!b) return;
+      let prev = NO_SINCE;
+      for (const f of snap.manifest.files) {
+        if (!overlaps(f.minSeq, f.maxSeq, b.lo, b.hi)) continue;
+        yield* this.scanFile(`${snap.dir}/${f.name}`, f, b, cols, (first, last) => {
+          // Paired assertion: rows come out in seq order (legacy rows share 0).
+          if (first < prev || (first === prev && first !== 0n)) {
+            throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${store.dir}/${f.name}: seq ${first} read after ${prev}`);
+          }
+          prev = last;
+        });
+      }
+    } finally {
+      await snap.release();
+    }
+  }
+
+  private async *scanFile(
+    path: string,
+    f: FileEntry,
+    b: { lo: bigint; hi: bigint },
+    cols: readonly ColumnSpec[],
+    order: (first: bigint, last: bigint) => void,
+  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[] }> {
+    const groups = f.rowGroups.flatMap((rg, i) => (overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi) ? [i] : []));
+    if (groups.length === 0) return;
+    const reader = await ParquetReader.open(path, this.counters);
+    try {
+      for (const g of groups) {
+        this.counters.rowGroupsRead += 1;
+        for (const raw of await reader.readRowGroup(g)) {
+          const seqVec = raw.getChild(SEQ_COLUMN);
+          const start = upperBound(seqVec, raw.numRows, b.lo);
+          const end = upperBound(seqVec, raw.numRows, b.hi);
+          if (end <= start) continue;
+          const seqs: bigint[] = new Array(end - start);
+          for (let i = start; i < end; i++) seqs[i - start] = (seqVec?.get(i) as bigint | null) ?? 0n;
+          for (let i = 1; i < seqs.length; i++) {
+            if (seqs[i]! < seqs[i - 1]! || (seqs[i] === seqs[i - 1] && seqs[i] !== 0n)) {
+              throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${path}: seqs out of order in row group ${g}`);
+            }
+          }
+          order(seqs[0]!, seqs[seqs.length - 1]!);
+          this.counters.rowsRead += seqs.length;
+          yield { batch: project(raw.slice(start, end), cols), seqs };
+        }
+      }
+    } finally {
+      reader.close();
+    }
+  }
+}
+
+/** Strip internal columns and fit the file's columns to the current schema (missing → null). */
+export function project(batch: RecordBatch, cols: readonly ColumnSpec[]): RecordBatch {
+  const fields: Field[] = [];
+  const children: Data[] = [];
+  for (const c of cols) {
+    const type = arrowType(c.type);
+    const child = batch.getChild(c.name);
+    fields.push(new Field(c.name, type, true));
+    if (!child) {
+      // A nullable column added to the schema after this file was written reads as null.
+      children.push(buildColumn(c.type, new Array(batch.numRows).fill(null)));
+    } else if (String(child.type) !== String(type)) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `column "${c.name}" is ${child.type} in the cache but ${c.type} in the schema; only adding nullable columns is allowed`,
+      );
+    } else {
+      children.push(child.data[0]!);
+    }
+  }
+  const schema = new Schema(fields);
+  const data = makeData({ type: new Struct(fields), length: batch.numRows, nullCount: 0, children });
+  return new RecordBatch(schema, data);
+}

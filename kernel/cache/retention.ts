@@ -1,0 +1,188 @@
+/**
+ * Retention: prune the oldest rows of a partition — rows whose timestamp is
+ * older than `maxAgeMs`, or the oldest by seq beyond `maxRows` — but only rows
+ * every sink has exported (ack-coupled), unless `hardMaxRows` forces more. A
+ * forced prune of rows some sink has not exported is recorded as seq ranges so
+ * each sink can count the gap it meets; it is never silent.
+ * @ref LLP 0006: ack-coupled retention and gaps
+ */
+import { type RecordBatch, Table } from 'apache-arrow';
+import type { DatasetSchema } from '../../types/schema.js';
+import type { PartitionRef } from '../../types/storage.js';
+import { SEQ_COLUMN } from './columns.js';
+import { writeDataFile } from './commit.js';
+import { type FileEntry, manifestRows, writeManifest } from './manifest.js';
+import { ParquetReader, scratchCounters } from './parquet.js';
+import type { PartitionStore } from './partition.js';
+import { linkFile, nextManifest, startGeneration } from './rewrite.js';
+
+export interface RetentionPolicy {
+  /** Prune rows whose timestamp column is older than this (ms before `now`). */
+  readonly maxAgeMs?: number;
+  /** Keep at most this many rows per partition (oldest by seq go first). */
+  readonly maxRows?: number;
+  /** Hard cap: past it rows go even if a sink has not exported them (a gap). */
+  readonly hardMaxRows?: number;
+  readonly now?: number;
+  /**
+   * The lowest watermark seq over the sinks that export this partition's dataset
+   * (-1 when one has exported nothing); undefined when no sink exports it.
+   */
+  readonly ackFloor?: (p: PartitionRef) => Promise<bigint | undefined>;
+}
+
+export interface RetentionResult {
+  readonly partition: PartitionRef;
+  readonly prunedRows: number;
+  readonly forcedRows: number;
+  readonly prunedThroughSeq: string | null;
+  /** Seq ranges pruned in this pass before every sink exported them. */
+  readonly forcedRanges: [string, string][];
+}
+
+interface FileCols {
+  seqs: bigint[];
+  ts: (number | null)[];
+}
+
+async function readCols(dir: string, f: FileEntry, schema: DatasetSchema): Promise<FileCols> {
+  const reader = await ParquetReader.open(`${dir}/${f.name}`, scratchCounters());
+  const cols = [SEQ_COLUMN, ...(schema.timestampColumn ? [schema.timestampColumn] : [])];
+  const out: FileCols = { seqs: [], ts: [] };
+  try {
+    for (let g = 0; g < reader.numRowGroups; g++) {
+      for (const b of await reader.readRowGroup(g, cols)) {
+        const s = b.getChild(SEQ_COLUMN);
+        const t = schema.timestampColumn ? b.getChild(schema.timestampColumn) : null;
+        for (let i = 0; i < b.numRows; i++) {
+          out.seqs.push((s?.get(i) as bigint | null) ?? 0n);
+          const tv = t?.get(i);
+          out.ts.push(tv === null || tv === undefined ? null : Number(tv));
+        }
+      }
+    }
+  } finally {
+    reader.close();
+  }
+  return out;
+}
+
+export async function retainPartition(
+  store: PartitionStore,
+  schema: DatasetSchema,
+  policy: RetentionPolicy,
+  rowGroupRows: number,
+): Promise<RetentionResult> {
+  const { generation, manifest } = await store.current();
+  await store.sweep();
+  await store.removeOrphans(generation, manifest);
+  const none: RetentionResult = {
+    partition: store.ref,
+    prunedRows: 0,
+    forcedRows: 0,
+    prunedThroughSeq: manifest.prunedThroughSeq,
+    forcedRanges: [],
+  };
+  const total = manifestRows(manifest);
+  const cutoff = policy.maxAgeMs !== undefined && schema.timestampColumn ? (policy.now ?? Date.now()) - policy.maxAgeMs : null;
+  const capCut = policy.maxRows !== undefined ? Math.max(0, total - policy.maxRows) : 0;
+  const hardOver = policy.hardMaxRows !== undefined && total > policy.hardMaxRows;
+  const ageCandidate = cutoff !== null && manifest.files.some((f) => f.minTs === undefined || (f.minTs !== null && f.minTs < cutoff));
+  if (total === 0 || (capCut === 0 && !hardOver && !ageCandidate)) return none;
+
+  const floor = policy.ackFloor ? await policy.ackFloor(store.ref) : undefined;
+  const gdir = store.manifestPath(generation).replace(/\/manifest\.json$/, '');
+  const cols = await Promise.all(manifest.files.map((f) => readCols(gdir, f, schema)));
+
+  // Pass 1: what retention may prune on its own (old, and exported by every sink).
+  const prune = cols.map((c) => new Uint8Array(c.seqs.length)); // 0 keep, 1 pruned, 2 forced
+  let rank = 0;
+  let normal = 0;
+  cols.forEach((c, fi) => {
+    for (let i = 0; i < c.seqs.length; i++, rank++) {
+      const ts = c.ts[i];
+      const old = rank < capCut || (cutoff !== null && ts !== null && ts !== undefined && ts < cutoff);
+      const acked = floor === undefined || c.seqs[i]! <= floor;
+      if (old && acked) {
+        prune[fi]![i] = 1;
+        normal++;
+      }
+    }
+  });
+  // Pass 2: the hard cap takes the oldest remaining rows, exported or not.
+  let extra = policy.hardMaxRows !== undefined ? Math.max(0, total - normal - policy.hardMaxRows) : 0;
+  let forced = 0;
+  const forcedRanges: [bigint, bigint][] = [];
+  for (let fi = 0; fi < cols.length && extra > 0; fi++) {
+    const c = cols[fi]!;
+    for (let i = 0; i < c.seqs.length && extra > 0; i++) {
+      if (prune[fi]![i]) continue;
+      prune[fi]![i] = 2;
+      extra--;
+      const s = c.seqs[i]!;
+      if (floor !== undefined && s > floor) {
+        forced++;
+        const last = forcedRanges[forcedRanges.length - 1];
+        // A range holds consecutive seqs only, so a sink can count any part of it exactly.
+        if (last && last[1] + 1n === s) last[1] = s;
+        else forcedRanges.push([s, s]);
+      }
+    }
+  }
+  const prunedRows = prune.reduce((n, m) => n + m.reduce((a, x) => a + (x ? 1 : 0), 0), 0);
+  if (prunedRows === 0) return none;
+
+  const next = nextManifest(manifest, generation + 1);
+  await startGeneration(store, generation + 1);
+  let through = manifest.prunedThroughSeq === null ? -1n : BigInt(manifest.prunedThroughSeq);
+  for (let fi = 0; fi < manifest.files.length; fi++) {
+    const f = manifest.files[fi]!;
+    const mask = prune[fi]!;
+    const dropped = mask.reduce((a, x) => a + (x ? 1 : 0), 0);
+    for (let i = 0; i < mask.length; i++) if (mask[i] && cols[fi]!.seqs[i]! > through) through = cols[fi]!.seqs[i]!;
+    if (dropped === 0) {
+      await linkFile(store, generation, generation + 1, f.name);
+      next.files.push(f);
+    } else if (dropped < f.rows) {
+      next.files.push(await rewriteFile(store, gdir, f, mask, generation + 1, schema, rowGroupRows));
+    }
+  }
+  next.prunedThroughSeq = through < 0n ? null : through.toString();
+  const ranges = forcedRanges.map(([a, b]) => [a.toString(), b.toString()] as [string, string]);
+  next.forcedPrunes.push(...ranges);
+  await writeManifest(store.manifestPath(generation + 1), next);
+  await store.swapTo(generation + 1, 'retention');
+  return { partition: store.ref, prunedRows, forcedRows: forced, prunedThroughSeq: next.prunedThroughSeq, forcedRanges: ranges };
+}
+
+async function rewriteFile(
+  store: PartitionStore,
+  gdir: string,
+  f: FileEntry,
+  mask: Uint8Array,
+  toGeneration: number,
+  schema: DatasetSchema,
+  rowGroupRows: number,
+): Promise<FileEntry> {
+  const reader = await ParquetReader.open(`${gdir}/${f.name}`, scratchCounters());
+  const kept: RecordBatch[] = [];
+  let offset = 0;
+  try {
+    for (let g = 0; g < reader.numRowGroups; g++) {
+      for (const b of await reader.readRowGroup(g)) {
+        // Kept rows form runs; slice each run rather than copying row by row.
+        let i = 0;
+        while (i < b.numRows) {
+          while (i < b.numRows && mask[offset + i]) i++;
+          const start = i;
+          while (i < b.numRows && !mask[offset + i]) i++;
+          if (i > start) kept.push(b.slice(start, i));
+        }
+        offset += b.numRows;
+      }
+    }
+  } finally {
+    reader.close();
+  }
+  return writeDataFile(store, toGeneration, new Table(kept), schema, rowGroupRows);
+}

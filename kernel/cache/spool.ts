@@ -1,0 +1,181 @@
+/**
+ * Spools: the durable landing place for host rows before a flush. Each
+ * `appendRows` call writes one NDJSON frame and fsyncs it, so an append is
+ * atomic: a frame torn by a crash was never acknowledged and is cut off.
+ * A flush seals `current.ndjson` into an immutable `seg-<n>.ndjson` (n only
+ * grows) and commits the sealed segments; the segment number is what each
+ * partition's manifest records as consumed.
+ * @ref LLP 0002: exactly-once flush
+ */
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { HypsinkError } from '../../types/errors.js';
+import { fault } from '../fault.js';
+import { fsyncDir, readJsonFile, writeJsonAtomic } from '../io/durable.js';
+import { ProcessLock } from '../io/lock.js';
+import { encodeSegment } from './segments.js';
+
+/** A frame as stored: column names at append time, then rows as [source, ...values]. */
+export interface Frame {
+  v: 1;
+  cols: string[];
+  rows: unknown[][];
+}
+
+export interface SpoolRef {
+  readonly dataset: string;
+  readonly id: string;
+}
+
+export interface SealedSegment {
+  readonly n: number;
+  readonly path: string;
+}
+
+const SEG = /^seg-(\d+)\.ndjson$/;
+
+export class Spool {
+  readonly dir: string;
+  readonly key: string;
+  private readonly lock: ProcessLock;
+
+  constructor(
+    spoolsRoot: string,
+    readonly ref: SpoolRef,
+    lockWaitMs: number,
+  ) {
+    this.key = `${encodeSegment(ref.dataset)}/${encodeSegment(ref.id)}`;
+    this.dir = join(spoolsRoot, this.key);
+    this.lock = new ProcessLock(this.dir, `spool ${this.dir}`, { waitMs: lockWaitMs });
+  }
+
+  private get currentPath(): string {
+    return join(this.dir, 'current.ndjson');
+  }
+
+  /** Append one frame durably. Rotates the current file past `maxBytes`. */
+  async append(frame: Frame, maxBytes: number): Promise<void> {
+    await fsp.mkdir(this.dir, { recursive: true });
+    const line = JSON.stringify(frame) + '\n';
+    await this.lock.with('append', async () => {
+      const size = await cutTornTail(this.currentPath);
+      const fh = await fsp.open(this.currentPath, 'a');
+      try {
+        await fh.write(line);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      if (size === 0) await fsyncDir(this.dir);
+      fault('spool.afterAppend');
+      if (size + Buffer.byteLength(line) >= maxBytes) await this.sealLocked();
+    });
+  }
+
+  /** Seal the current file (if it has frames) and list sealed segments in order. */
+  async seal(): Promise<SealedSegment[]> {
+    try {
+      await fsp.access(this.dir);
+    } catch {
+      return [];
+    }
+    return this.lock.with('seal', async () => {
+      await this.sealLocked();
+      return this.sealed();
+    });
+  }
+
+  private async sealLocked(): Promise<void> {
+    const size = await cutTornTail(this.currentPath);
+    if (size === 0) return;
+    const metaPath = join(this.dir, 'meta.json');
+    const meta = await readJsonFile<{ v: 1; nextSegment: number }>(
+      metaPath,
+      (v) => (Number.isInteger((v as { nextSegment?: unknown })?.nextSegment) ? null : 'expected {"nextSegment":<n>}'),
+      'spool meta',
+    );
+    // Never reuse a number, even past the highest segment on disk: manifests remember them.
+    const onDisk = (await this.sealed()).map((s) => s.n);
+    const n = Math.max(meta?.nextSegment ?? 0, ...onDisk.map((x) => x + 1));
+    await writeJsonAtomic(metaPath, { v: 1, nextSegment: n + 1 });
+    await fsp.rename(this.currentPath, join(this.dir, `seg-${n}.ndjson`));
+    await fsyncDir(this.dir);
+    fault('spool.afterSeal');
+  }
+
+  async sealed(): Promise<SealedSegment[]> {
+    let names: string[];
+    try {
+      names = await fsp.readdir(this.dir);
+    } catch {
+      return [];
+    }
+    return names
+      .flatMap((name) => {
+        const m = SEG.exec(name);
+        return m ? [{ n: Number(m[1]), path: join(this.dir, name) }] : [];
+      })
+      .sort((a, b) => a.n - b.n);
+  }
+}
+
+/** Size of the file after cutting a torn (newline-less) last frame; 0 if absent. */
+async function cutTornTail(path: string): Promise<number> {
+  let fh: fsp.FileHandle;
+  try {
+    fh = await fsp.open(path, 'r+');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw e;
+  }
+  try {
+    const { size } = await fh.stat();
+    if (size === 0) return 0;
+    const last = Buffer.alloc(1);
+    await fh.read(last, 0, 1, size - 1);
+    if (last[0] === 0x0a) return size;
+    // Scan back for the last complete frame.
+    const chunk = 1 << 16;
+    let end = size;
+    while (end > 0) {
+      const start = Math.max(0, end - chunk);
+      const buf = Buffer.alloc(end - start);
+      await fh.read(buf, 0, buf.length, start);
+      const nl = buf.lastIndexOf(0x0a);
+      if (nl >= 0) {
+        await fh.truncate(start + nl + 1);
+        await fh.sync();
+        return start + nl + 1;
+      }
+      end = start;
+    }
+    await fh.truncate(0);
+    await fh.sync();
+    return 0;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Parse a sealed segment. A torn tail is ignored (never acknowledged); damage in the middle is an error. */
+export async function readSegment(path: string): Promise<Frame[]> {
+  const text = await fsp.readFile(path, 'utf8');
+  const lines = text.split('\n');
+  const complete = lines.length - 1; // the last piece is '' or a torn, never-acknowledged frame
+  const frames: Frame[] = [];
+  for (let i = 0; i < complete; i++) {
+    const line = lines[i]!;
+    if (line === '') continue;
+    let f: Frame;
+    try {
+      f = JSON.parse(line) as Frame;
+    } catch (e) {
+      throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1} is not valid JSON (${(e as Error).message})`);
+    }
+    if (f?.v !== 1 || !Array.isArray(f.cols) || !Array.isArray(f.rows)) {
+      throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1} is not a spool frame`);
+    }
+    frames.push(f);
+  }
+  return frames;
+}

@@ -1,0 +1,42 @@
+/**
+ * Named fault points at every durable boundary. Inert unless HYPSINK_FAULT names
+ * one; then the process kills itself with SIGKILL (no cleanup, no flush of
+ * buffers), exactly like a power cut as far as the process's state goes.
+ * HYPSINK_FAULT_AT=n crashes on the n-th hit (default 1), so a test can crash
+ * the second unit of a tick rather than the first.
+ *
+ * The list is declared here, in one place, so the crash matrix can discover
+ * every point and fail when one has no case.
+ */
+export const FAULT_POINTS = {
+  'alloc.afterReserve': 'seq block reserved durably, no seq from it stamped yet',
+  'spool.afterAppend': 'a spool frame is durable, the caller not yet answered',
+  'spool.afterSeal': 'the current spool segment was sealed (renamed), not yet flushed',
+  'flush.afterDataFile': 'a partition data file is durable, the manifest does not list it',
+  'flush.afterManifest': 'the manifest lists the new file (commit point), the segment still exists',
+  'flush.afterCommitAll': 'every partition of a segment committed, the segment not yet deleted',
+  'partition.afterCursor': 'a new partition cursor is written',
+  'retention.afterNewGeneration': 'retention wrote generation n+1, the cursor still names n',
+  'retention.afterCursorSwap': 'retention swapped the cursor, generation n not yet retired',
+  'compact.beforeCursorSwap': 'compaction wrote generation n+1, the cursor still names n',
+  'compact.afterCursorSwap': 'compaction swapped the cursor, generation n not yet retired',
+  'export.afterIntent': 'the intent is durable, nothing shipped',
+  'export.afterShip': 'the unit is shipped (blob committed / batch stored), the watermark not advanced',
+  'export.afterAdvance': 'the watermark is advanced and the intent cleared',
+  'localfs.afterTemp': 'the temp blob is written and fsynced, not linked',
+  'localfs.afterLink': 'the blob is linked under its key, temp not removed',
+} as const;
+
+export type FaultPoint = keyof typeof FAULT_POINTS;
+
+const selected = process.env.HYPSINK_FAULT;
+const crashAt = Number(process.env.HYPSINK_FAULT_AT ?? '1');
+let hits = 0;
+
+/** Crash here if this point is selected. Costs one comparison otherwise. */
+export function fault(point: FaultPoint): void {
+  if (selected !== point) return;
+  hits += 1;
+  if (hits < crashAt) return;
+  process.kill(process.pid, 'SIGKILL');
+}

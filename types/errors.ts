@@ -1,0 +1,56 @@
+/**
+ * One table of error codes. Every error hypsink raises carries a code, a message
+ * that names the file / line / sink / field involved, and what to do next.
+ * CLI exit codes and `status` show the code.
+ */
+export const ERROR_CODES = {
+  HYPSINK_ERR_CONFIG: { exit: 2, hint: 'Fix the named field in the config file and run again.' },
+  HYPSINK_ERR_INPUT: { exit: 2, hint: 'Fix the named row or file; valid rows were kept.' },
+  HYPSINK_ERR_PLUGIN: { exit: 2, hint: 'Check the plugin name or path and its plugin.json.' },
+  HYPSINK_ERR_CORRUPT: {
+    exit: 1,
+    hint: 'The named file is damaged: restore it from a backup or move it aside; hypsink will not guess its contents.',
+  },
+  HYPSINK_ERR_LOCKED: { exit: 1, hint: 'Another process holds the lock named; wait for it or stop it.' },
+  HYPSINK_ERR_DESTINATION: { exit: 1, hint: 'The destination refused the unit; see the message, fix, and export again.' },
+  HYPSINK_ERR_RETRYABLE: { exit: 1, hint: 'A passing fault; the partition will be retried on the next tick.' },
+  HYPSINK_ERR_AUTH: { exit: 1, hint: 'Check the credentials or token of the named sink.' },
+  HYPSINK_ERR_INVARIANT: { exit: 1, hint: 'An internal invariant broke; this is a bug: keep the state dir and report it.' },
+  HYPSINK_ERR_ABORTED: { exit: 1, hint: 'Shutdown interrupted the work; it resumes on the next run.' },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export interface HypsinkErrorOptions {
+  readonly cause?: unknown;
+  /** A failure that may pass on its own (network, throttling, 5xx). */
+  readonly retryable?: boolean;
+  /** The destination asked to wait this long before retrying (Retry-After). */
+  readonly retryAfterMs?: number;
+}
+
+export class HypsinkError extends Error {
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  readonly retryAfterMs: number | undefined;
+
+  constructor(code: ErrorCode, message: string, opts: HypsinkErrorOptions = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'HypsinkError';
+    this.code = code;
+    this.retryable = opts.retryable ?? code === 'HYPSINK_ERR_RETRYABLE';
+    this.retryAfterMs = opts.retryAfterMs;
+  }
+
+  get hint(): string {
+    return ERROR_CODES[this.code].hint;
+  }
+
+  get exitCode(): number {
+    return ERROR_CODES[this.code].exit;
+  }
+}
+
+export function isHypsinkError(e: unknown): e is HypsinkError {
+  return e instanceof HypsinkError;
+}

@@ -1,0 +1,7 @@
+/** hypsink's public contract. Plugins import from here only. */
+export * from './errors.js';
+export type * from './hooks.js';
+export * from './plugins.js';
+export * from './schema.js';
+export type * from './sinks.js';
+export * from './storage.js';

@@ -1,0 +1,110 @@
+/**
+ * Sinks: where rows go. The kernel owns the exactly-once protocol (watermark,
+ * write-ahead intent, advance); a sink only says how big a unit may be, what its
+ * stable identity is, and how to ship it idempotently under that identity.
+ * @ref LLP 0005 (write-ahead intent)
+ */
+import type { RecordBatch } from 'apache-arrow';
+import type { DatasetSchema, Row } from './schema.js';
+import type { Continuation, PartitionRef } from './storage.js';
+
+/** One unit of export: exactly the rows of a partition in `(since, until]`. */
+export interface Unit {
+  readonly sink: string;
+  readonly partition: PartitionRef;
+  readonly schema: DatasetSchema;
+  /** Exclusive lower bound; null for the partition's first unit. */
+  readonly since: Continuation | null;
+  readonly until: Continuation;
+  /** The unit's stable identity (blob key, batch id), fixed in the intent before shipping. */
+  readonly id: string;
+  /** Rows planned for this unit (an upper bound if rows were pruned since planning). */
+  readonly plannedRows: number;
+  /** Re-readable: each call reads the unit's rows again, in seq order. */
+  rows(): AsyncIterable<Row>;
+  batches(): AsyncIterable<RecordBatch>;
+  /** Aborted on shutdown: a shipper stops waiting and throws. */
+  readonly signal: AbortSignal;
+}
+
+/** What a unit cost once shipped. `duplicate` says the destination already had it. */
+export interface ShipResult {
+  readonly rows: number;
+  readonly bytes: number;
+  readonly duplicate: boolean;
+}
+
+export interface UnitLimits {
+  /** Cut a unit at this many rows. */
+  readonly maxRows: number;
+  /** Cut a unit near this many bytes (estimated from cache statistics). */
+  readonly maxBytes: number;
+}
+
+/**
+ * A shipper ships units idempotently: shipping the same `unit.id` twice must
+ * leave the destination as if it had been shipped once.
+ * Throw HypsinkError with `retryable` for passing faults, a non-retryable code otherwise.
+ */
+export interface UnitShipper {
+  readonly limits: UnitLimits;
+  /** Identity for the unit of `partition` covering `(since, until]`: a pure function. */
+  unitId(partition: PartitionRef, since: Continuation | null, until: Continuation): string;
+  ship(unit: Unit): Promise<ShipResult>;
+  /** Abort parked waits and release connections. */
+  close(): Promise<void>;
+}
+
+/** A body for a blob: chunks in order. */
+export type BlobBody = AsyncIterable<Uint8Array>;
+
+export interface PutResult {
+  /** false when the key already existed: the unit had committed before. */
+  readonly created: boolean;
+  readonly bytes: number;
+}
+
+/**
+ * Where blobs are put. A key is committed at most once: `putIfAbsent` never
+ * overwrites, and a partial upload is never visible under the key.
+ */
+export interface BlobDestination {
+  putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal }): Promise<PutResult>;
+  /** Human-readable location of a key, for logs and status (no secrets). */
+  describe(key: string): string;
+  close(): Promise<void>;
+}
+
+/** Turns a unit's rows into bytes. Streams: a large unit never sits in memory whole. */
+export interface Encoder {
+  readonly extension: string;
+  readonly contentType: string;
+  encode(unit: Unit): BlobBody;
+}
+
+/** What a plugin's factory gets when a sink is built from config. */
+export interface SinkBuildContext {
+  /** The sink instance name from the config. */
+  readonly sink: string;
+  /** The sink instance's own state dir (watermarks live here too). */
+  readonly stateDir: string;
+  /** The folder relative config paths resolve against. */
+  readonly baseDir: string;
+  readonly log: import('./plugins.js').Logger;
+}
+
+export interface EncoderFactory {
+  readonly name: string;
+  create(config: Record<string, unknown>, ctx: SinkBuildContext): Encoder;
+}
+
+export interface DestinationFactory {
+  readonly name: string;
+  create(config: Record<string, unknown>, ctx: SinkBuildContext): BlobDestination;
+}
+
+/** A request sink (like forward) ships units itself. */
+export interface SinkFactory {
+  readonly name: string;
+  create(config: Record<string, unknown>, ctx: SinkBuildContext): UnitShipper;
+}
