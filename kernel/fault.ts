@@ -25,6 +25,7 @@ export const FAULT_POINTS = {
   'export.afterAdvance': 'the watermark is advanced and the intent cleared',
   'localfs.afterTemp': 'the temp blob is written and fsynced, not linked',
   'localfs.afterLink': 'the blob is linked under its key, temp not removed',
+  's3.afterParts': 'every multipart part is uploaded, the upload not yet completed',
 } as const;
 
 export type FaultPoint = keyof typeof FAULT_POINTS;

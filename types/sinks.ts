@@ -91,6 +91,12 @@ export interface SinkBuildContext {
   /** The folder relative config paths resolve against. */
   readonly baseDir: string;
   readonly log: import('./plugins.js').Logger;
+  /**
+   * A named fault point (declared in the kernel's list): inert unless a crash
+   * test selects it, then the process dies on the spot. Put one at every
+   * durable boundary a plugin owns.
+   */
+  fault?(point: string): void;
 }
 
 export interface EncoderFactory {

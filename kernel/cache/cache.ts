@@ -2,7 +2,7 @@
  * The kernel cache: spools, partitions, the seq allocator, the writer lock and
  * the storage service, composed. Only this module writes partitions.
  */
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { HypsinkError } from '../../types/errors.js';
 import { type DatasetSchema, PARTITION_COLUMN } from '../../types/schema.js';
@@ -19,7 +19,7 @@ import { PartitionStore, partitionRef } from './partition.js';
 import { DEFAULT_ROW_GROUP_ROWS } from './parquet.js';
 import { CacheStorage } from './reader.js';
 import { type RetentionPolicy, type RetentionResult, retainPartition } from './retention.js';
-import { encodeSegment } from './segments.js';
+import { decodeSegment, encodeSegment } from './segments.js';
 import { readSegment, Spool, type SpoolRef } from './spool.js';
 
 export interface CacheOptions {
@@ -46,6 +46,10 @@ export class Cache {
   readonly allocator: SeqAllocator;
   private readonly writer: ProcessLock;
   private readonly partitionMutex = new KeyedMutex();
+  /** One flush per spool at a time in this process (across processes the writer lock serializes). */
+  private readonly spoolMutex = new KeyedMutex();
+  /** One Spool (and so one spool lock object) per spool in this process. */
+  private readonly spools = new Map<string, Spool>();
   private readonly opts: Required<Omit<CacheOptions, 'datasets' | 'root'>>;
 
   private constructor(
@@ -96,9 +100,27 @@ export class Cache {
   store(table: TableRef): PartitionStore {
     if (typeof table !== 'string') return new PartitionStore(this.root, table);
     const m = /^datasets\/([^/]+)\/source=([^/]+)$/.exec(table);
-    if (!m) throw new HypsinkError('HYPSINK_ERR_INPUT', `"${table}" is not a partition path (datasets/<dataset>/source=<source>)`);
-    // The original values live in partition.json; a path alone is enough to read.
-    return new PartitionStore(this.root, { dataset: '', source: '', path: table, key: `${m[1]}/source=${m[2]}` });
+    // Only a path this cache would produce: a configured dataset's segment and a canonical source segment.
+    const dataset = m ? Object.keys(this.datasets).find((d) => encodeSegment(d) === m[1]) : undefined;
+    if (!m || dataset === undefined) {
+      throw new HypsinkError('HYPSINK_ERR_INPUT', `"${table}" is not a partition path of this cache (datasets/<dataset>/source=<source>)`);
+    }
+    const source = decodeSegment(m[2]!);
+    if (source !== undefined) return new PartitionStore(this.root, partitionRef(dataset, source));
+    if (!/^[A-Za-z0-9_%-]+~[0-9a-f]{32}$/.test(m[2]!)) {
+      throw new HypsinkError('HYPSINK_ERR_INPUT', `"${table}": "${m[2]}" is not an encoded partition value`);
+    }
+    // A cut (hashed) segment: only partition.json knows the value; an absent partition reads as empty.
+    let meta: { dataset?: unknown; source?: unknown } = {};
+    try {
+      meta = JSON.parse(readFileSync(join(this.root, table, 'partition.json'), 'utf8'));
+    } catch {
+      // absent or unreadable: listPartitions reports a damaged one
+    }
+    if (typeof meta.source === 'string' && partitionRef(dataset, meta.source).path === table) {
+      return new PartitionStore(this.root, partitionRef(dataset, meta.source));
+    }
+    return new PartitionStore(this.root, { dataset, source: '', path: table, key: `${m[1]}/source=${m[2]}` });
   }
 
   async listPartitions(dataset?: string): Promise<PartitionRef[]> {
@@ -125,7 +147,13 @@ export class Cache {
     if (!/^[A-Za-z0-9_-]{1,64}$/.test(ref.id)) {
       throw new HypsinkError('HYPSINK_ERR_INPUT', `spool id "${ref.id}" must be 1-64 characters of A-Z a-z 0-9 _ -`);
     }
-    return new Spool(join(this.root, 'spools'), ref, this.opts.lockWaitMs);
+    const key = `${ref.dataset}\0${ref.id}`;
+    let spool = this.spools.get(key);
+    if (!spool) {
+      spool = new Spool(join(this.root, 'spools'), ref, this.opts.lockWaitMs);
+      this.spools.set(key, spool);
+    }
+    return spool;
   }
 
   /**
@@ -152,15 +180,22 @@ export class Cache {
       if (!r.ok) throw new HypsinkError('HYPSINK_ERR_INPUT', `dataset "${ref.dataset}" row ${i + 1}: ${r.reason}`);
       out.push([source, ...r.values]);
     });
-    if (out.length === 0) return;
-    await this.spool(ref).append({ v: 1, cols: schema.columns.map((c) => c.name), rows: out }, this.opts.segmentBytes);
+    await this.appendValidated(ref, out);
+  }
+
+  /** Append rows already validated by `normalizeRow`, as `[source, ...values in schema order]`. */
+  async appendValidated(ref: SpoolRef, rows: unknown[][]): Promise<void> {
+    if (rows.length === 0) return;
+    const cols = this.schema(ref.dataset).columns.map((c) => c.name);
+    await this.spool(ref).append({ v: 1, cols, rows }, this.opts.segmentBytes);
   }
 
   /** Flush one spool: the single chokepoint into partitions. */
   async flushTable(ref: SpoolRef): Promise<FlushResult> {
     const spool = this.spool(ref);
     const schema = this.schema(ref.dataset);
-    return this.writer.with('flush', async () => {
+    // Two flushes of one spool would both read (and delete) the same sealed segments.
+    return this.spoolMutex.run(spool.key, () => this.writer.with('flush', async () => {
       const result: FlushResult = { segments: 0, partitions: [] };
       for (const seg of await spool.seal()) {
         const bySource = new Map<string, unknown[][]>();
@@ -170,7 +205,10 @@ export class Cache {
           for (const r of frame.rows) {
             const source = r[0] as string;
             let list = bySource.get(source);
-            if (!list) bySource.set(source, (list = []));
+            if (!list) {
+              list = [];
+              bySource.set(source, list);
+            }
             list.push(idx.map((j) => (j < 0 ? null : r[j + 1])));
           }
         }
@@ -194,7 +232,7 @@ export class Cache {
         result.segments += 1;
       }
       return result;
-    });
+    }));
   }
 
   /** Every spool of every dataset (or one dataset). */
@@ -231,15 +269,15 @@ export class Cache {
     });
   }
 
-  /** Compact every partition with more than one data file (or `only`). */
-  async compact(only?: PartitionRef): Promise<CompactResult[]> {
+  /** Compact every partition with at least `minFiles` data files (or just `only`). */
+  async compact(only?: PartitionRef, minFiles = 2): Promise<CompactResult[]> {
     return this.writer.with('compaction', async () => {
       const out: CompactResult[] = [];
       for (const ref of only ? [only] : await this.listPartitions()) {
         const schema = this.schema(ref.dataset);
         const store = new PartitionStore(this.root, ref);
         const r = await this.partitionMutex.run(ref.path, () =>
-          compactPartition(store, schema, this.opts.rowGroupRows, this.opts.compactFileRows),
+          compactPartition(store, schema, this.opts.rowGroupRows, this.opts.compactFileRows, minFiles),
         );
         if (r) out.push(r);
       }

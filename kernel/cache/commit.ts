@@ -69,6 +69,7 @@ export async function writeDataFile(
   table: Table,
   schema: DatasetSchema,
   rowGroupRows: number,
+  committedAt = Date.now(),
 ): Promise<FileEntry> {
   const rowGroups = seqStats(table, rowGroupRows);
   const minSeq = rowGroups[0]?.minSeq ?? null;
@@ -76,7 +77,7 @@ export async function writeDataFile(
   const name = `data-${minSeq ?? 'legacy'}-${maxSeq ?? 'legacy'}.parquet`;
   const bytes = encodeParquet(table, rowGroupRows);
   await writeNewFileDurable(`${generationDir(store.dir, generation)}/${name}`, bytes);
-  return { name, rows: table.numRows, bytes: bytes.byteLength, minSeq, maxSeq, rowGroups, ...tsRange(table, schema) };
+  return { name, rows: table.numRows, bytes: bytes.byteLength, minSeq, maxSeq, rowGroups, ...tsRange(table, schema), committedAt };
 }
 
 /** Commit rows into a partition. Caller holds the cache writer lock and the partition's mutex. */

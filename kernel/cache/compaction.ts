@@ -29,10 +29,11 @@ export async function compactPartition(
   schema: DatasetSchema,
   rowGroupRows: number,
   fileRows: number,
+  minFiles = 2,
 ): Promise<CompactResult | null> {
   const { generation, manifest } = await store.current();
   await store.sweep();
-  if (manifest.files.length <= 1) return null;
+  if (manifest.files.length < Math.max(2, minFiles)) return null;
   const to = generation + 1;
   const next = nextManifest(manifest, to);
   await startGeneration(store, to);
@@ -41,9 +42,11 @@ export async function compactPartition(
   let pending: RecordBatch[] = [];
   let pendingRows = 0;
   const out: FileEntry[] = [];
+  // The oldest commit time carries over, so compaction never delays a waiting small-file export.
+  const committedAt = Math.min(...manifest.files.map((f) => f.committedAt ?? Date.now()));
   const emit = async () => {
     if (pendingRows === 0) return;
-    out.push(await writeDataFile(store, to, new Table(pending), schema, rowGroupRows));
+    out.push(await writeDataFile(store, to, new Table(pending), schema, rowGroupRows, committedAt));
     pending = [];
     pendingRows = 0;
   };

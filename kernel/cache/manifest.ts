@@ -26,6 +26,8 @@ export interface FileEntry {
   /** Range of the dataset's timestamp column (epoch ms), for retention; absent when unknown. */
   minTs?: number | null;
   maxTs?: number | null;
+  /** When the rows were committed (epoch ms): the small-file policy's max delay counts from here. */
+  committedAt?: number;
 }
 
 export interface Manifest {

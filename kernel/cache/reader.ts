@@ -43,7 +43,7 @@ function bounds(opts: ReadSinceOptions | undefined, snap: Snapshot): { lo: bigin
 const overlaps = (min: string | null, max: string | null, lo: bigint, hi: bigint) => effSeq(max) > lo && effSeq(min) <= hi;
 
 /** First index in [0, n) whose seq is > x (seqs ascending, null as 0). */
-function upperBound(seqs: Vector | null, n: number, x: bigint): number {
+export function upperBound(seqs: Vector | null, n: number, x: bigint): number {
   let a = 0;
   let b = n;
   while (a < b) {
@@ -159,7 +159,8 @@ export class CacheStorage implements StorageService {
   }
 
   /** The core scan: seq-ordered batches of user columns within bounds, with their seqs. */
-  private async *scan(
+  /** Kernel-internal: batches with the seq of every row (the exporter counts gaps with them). */
+  async *scan(
     store: PartitionStore,
     opts: ReadSinceOptions | undefined,
     cols: readonly ColumnSpec[],

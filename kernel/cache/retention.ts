@@ -184,5 +184,5 @@ async function rewriteFile(
   } finally {
     reader.close();
   }
-  return writeDataFile(store, toGeneration, new Table(kept), schema, rowGroupRows);
+  return writeDataFile(store, toGeneration, new Table(kept), schema, rowGroupRows, f.committedAt);
 }

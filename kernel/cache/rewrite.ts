@@ -7,7 +7,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { Field, makeData, RecordBatch, Schema, Struct, type Data } from 'apache-arrow';
+import { type Field, makeData, RecordBatch, type Schema, Struct, type Data } from 'apache-arrow';
 import type { ColumnSpec } from '../../types/schema.js';
 import { buildColumn, buildUtf8, cacheSchema, SEQ_COLUMN } from './columns.js';
 import { generationDir } from './generations.js';

@@ -1,0 +1,237 @@
+/**
+ * The `hypsink` CLI (commander). `--config` is accepted before or after the
+ * command. Exit codes: 0 ok, 1 failure, 2 bad input or config.
+ */
+import { createReadStream } from 'node:fs';
+import { resolve } from 'node:path';
+import { SingleBar } from 'cli-progress';
+import { Command } from 'commander';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
+import { loadConfig } from '../config/load.js';
+import { Daemon } from '../daemon.js';
+import { ingestNdjson, rejectedError } from '../ingest.js';
+import { createLogger, maskSecrets } from '../log.js';
+import { Hypsink } from '../runtime.js';
+import { writeStarter } from './init.js';
+import { exportTable, statusTable } from './render.js';
+
+interface Out {
+  out(s: string): void;
+  err(s: string): void;
+}
+
+const stdio: Out = {
+  out: (s) => process.stdout.write(s.endsWith('\n') ? s : `${s}\n`),
+  err: (s) => process.stderr.write(s.endsWith('\n') ? s : `${s}\n`),
+};
+
+async function open(cmd: Command): Promise<Hypsink> {
+  const { config } = cmd.optsWithGlobals<{ config?: string }>();
+  const loaded = await loadConfig(config);
+  return Hypsink.open(loaded, { log: createLogger() });
+}
+
+async function withKernel<T>(cmd: Command, fn: (k: Hypsink) => Promise<T>): Promise<T> {
+  const k = await open(cmd);
+  try {
+    return await fn(k);
+  } finally {
+    await k.close();
+  }
+}
+
+function progressBar(label: string): SingleBar | null {
+  if (!process.stderr.isTTY) return null;
+  return new SingleBar({ format: `${label} {bar} {value}/{total}`, stream: process.stderr, hideCursor: true });
+}
+
+export function buildProgram(io: Out = stdio): Command {
+  const program = new Command('hypsink')
+    .description('Incremental, exactly-once export of the local activity cache')
+    .option('--config <file>', 'config file (default: hypsink.config.json here, else the embedded default)')
+    .showHelpAfterError()
+    .exitOverride();
+
+  program
+    .command('init')
+    .description('write a commented starter config')
+    .option('--force', 'overwrite an existing file')
+    .option('--config <file>', 'where to write it', 'hypsink.config.json')
+    .action(async (o: { force?: boolean; config: string }) => {
+      const path = resolve(o.config);
+      await writeStarter(path, o.force ?? false);
+      io.out(`wrote ${path}`);
+    });
+
+  program
+    .command('ingest <dataset>')
+    .description('NDJSON rows → spool → flush; bad rows go to the dead letter (exit 2)')
+    .requiredOption('--source <source>', 'the partition value (e.g. host or app name)')
+    .option('--file <file>', 'NDJSON file, or - for standard input', '-')
+    .option('--config <file>', 'config file')
+    .option('--json', 'print the result as JSON')
+    .action(async (dataset: string, o: { source: string; file: string; json?: boolean }, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        const input = o.file === '-' ? process.stdin : createReadStream(o.file);
+        const label = o.file === '-' ? '<stdin>' : resolve(o.file);
+        const r = await ingestNdjson(k, dataset, o.source, input, label);
+        if (o.json) io.out(JSON.stringify(r));
+        else io.out(`ingested ${r.accepted} row(s) into ${dataset}/source=${o.source}${r.rejected ? `, rejected ${r.rejected}` : ''}`);
+        if (r.rejected > 0) throw rejectedError(r, dataset);
+      });
+    });
+
+  program
+    .command('flush')
+    .description('flush every spool into the cache')
+    .option('--config <file>', 'config file')
+    .action(async (_o: unknown, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        const r = await k.flush();
+        io.out(`flushed ${r.segments} segment(s), ${r.partitions.reduce((n, p) => n + p.rows, 0)} row(s)`);
+      });
+    });
+
+  program
+    .command('export')
+    .description('one tick of the named sink (or all sinks)')
+    .option('--sink <name>', 'only this sink')
+    .option('--config <file>', 'config file')
+    .option('--json', 'print the result as JSON')
+    .action(async (o: { sink?: string; json?: boolean }, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        await k.flush();
+        const bar = o.json ? null : progressBar('export');
+        let done = 0;
+        bar?.start(1, 0);
+        const reports = await k.export(o.sink, {
+          onPartition: () => {
+            bar?.setTotal(Math.max(1, ++done));
+            bar?.update(done);
+          },
+        });
+        bar?.stop();
+        if (o.json) {
+          io.out(
+            JSON.stringify({
+              sinks: reports.map((r) => ({
+                name: r.sink,
+                rows: r.rows,
+                bytes: r.bytes,
+                units: r.units,
+                partitions: r.partitions.map((p) => ({
+                  dataset: p.partition.dataset,
+                  source: p.partition.source,
+                  rows: p.rows,
+                  bytes: p.bytes,
+                  units: p.units,
+                  gapRows: p.gapRows,
+                  waiting: p.waiting,
+                  error: p.error ? `${p.error.code}: ${p.error.message}` : null,
+                })),
+              })),
+            }),
+          );
+        } else {
+          io.out(exportTable(reports));
+        }
+        const failed = reports.flatMap((r) => r.partitions.filter((p) => p.error));
+        if (failed.length > 0) throw failed[0]!.error!;
+      });
+    });
+
+  program
+    .command('run')
+    .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM')
+    .option('--config <file>', 'config file')
+    .action(async (_o: unknown, cmd: Command) => {
+      const k = await open(cmd);
+      const d = new Daemon(k, {
+        onTick: (r) => k.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick'),
+      });
+      d.start();
+      k.log.info({ sinks: [...k.sinks.keys()] }, 'hypsink running; Ctrl-C to stop');
+      await new Promise<void>((done) => {
+        const stop = () => {
+          k.log.info('draining');
+          void d.stop().then(done);
+        };
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      });
+    });
+
+  program
+    .command('maintain')
+    .description('run retention and/or compaction now (both without flags)')
+    .option('--retention', 'prune old rows')
+    .option('--compact', 'compact partitions')
+    .option('--config <file>', 'config file')
+    .action(async (o: { retention?: boolean; compact?: boolean }, cmd: Command) => {
+      const both = !o.retention && !o.compact;
+      await withKernel(cmd, async (k) => {
+        const r = await k.maintain({ retention: both || o.retention, compact: both || o.compact });
+        const pruned = r.retention.reduce((n, x) => n + x.prunedRows, 0);
+        const forced = r.retention.reduce((n, x) => n + x.forcedRows, 0);
+        io.out(`retention pruned ${pruned} row(s)${forced ? ` (${forced} before every sink had them: gap)` : ''}; compacted ${r.compaction.length} partition(s)`);
+      });
+    });
+
+  program
+    .command('status')
+    .description('per sink × partition: watermark, pending, exported, intent, gaps, last error')
+    .option('--json', 'print as JSON')
+    .option('--config <file>', 'config file')
+    .action(async (o: { json?: boolean }, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        const s = await k.status();
+        io.out(o.json ? JSON.stringify(s) : statusTable(s));
+      });
+    });
+
+  program
+    .command('receiver')
+    .description('the reference central receiver (for tests and demos)')
+    .requiredOption('--port <port>', 'port to listen on', (v) => Number(v))
+    .requiredOption('--data <dir>', 'where stored rows and the ledger go')
+    .option('--token <token>', 'require this bearer token')
+    .option('--max-inflight <n>', 'answer 503 past this many requests in flight', (v) => Number(v))
+    .option('--rate <n>', 'answer 429 past this many requests per second', (v) => Number(v))
+    .action(async (o: { port: number; data: string; token?: string; maxInflight?: number; rate?: number }) => {
+      const { startReceiver } = await import('../../fixtures/receiver/server.js');
+      const log = createLogger();
+      // Without --token, HYPSINK_TOKEN is the token: argv is visible to every local user.
+      const token = o.token ?? (process.env.HYPSINK_TOKEN || undefined);
+      const r = await startReceiver({ port: o.port, dataDir: resolve(o.data), token, maxInflight: o.maxInflight, rate: o.rate, log });
+      io.out(`receiver listening on ${r.url} (data in ${resolve(o.data)})`);
+      await new Promise<void>((done) => {
+        const stop = () => void r.close().then(done);
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      });
+    });
+
+  return program;
+}
+
+export async function main(argv: string[], io: Out = stdio): Promise<number> {
+  const program = buildProgram(io);
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (e) {
+    const err = e as { code?: string; exitCode?: number };
+    if (typeof err.code === 'string' && err.code.startsWith('commander.')) {
+      // Help and version are not errors; usage mistakes are bad input.
+      return err.code === 'commander.helpDisplayed' || err.code === 'commander.version' ? 0 : 2;
+    }
+    if (isHypsinkError(e)) {
+      io.err(maskSecrets(`hypsink: ${e.code}: ${e.message}\n  → ${e.hint}`));
+      return e.exitCode;
+    }
+    io.err(maskSecrets(`hypsink: ${(e as Error)?.stack ?? String(e)}`));
+    return 1;
+  }
+}
+
+export { HypsinkError };

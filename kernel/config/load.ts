@@ -1,0 +1,123 @@
+/**
+ * Load, interpolate, validate and resolve a config. Relative paths resolve
+ * against the config file's folder (the working folder for the embedded default).
+ */
+import { promises as fsp } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import type { z } from 'zod';
+import { HypsinkError } from '../../types/errors.js';
+import { registerSecret } from '../log.js';
+import { DEFAULT_CONFIG } from './defaults.js';
+import { blobSink, type Config, configSchema, requestSink, type SinkConfig } from './schema.js';
+
+export interface LoadedConfig {
+  readonly config: Config;
+  /** The file it came from, or null for the embedded default. */
+  readonly file: string | null;
+  /** Relative paths resolve against this folder. */
+  readonly baseDir: string;
+  readonly cacheRoot: string;
+  readonly stateDir: string;
+}
+
+/** `${NAME}` → the environment's value; a missing variable is a config error naming it. */
+export function interpolate(value: unknown, where: string, env: NodeJS.ProcessEnv = process.env): unknown {
+  if (typeof value === 'string') {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, key: string) => {
+      const v = env[key];
+      if (v === undefined) {
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: environment variable ${key} is not set (referenced as \${${key}})`);
+      }
+      registerSecret(v); // interpolated values are where secrets live: keep them out of logs
+      return v;
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, `${where}[${i}]`, env));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, `${where}.${k}`, env)]));
+  }
+  return value;
+}
+
+function describePath(path: readonly PropertyKey[]): string {
+  const [top, key, ...rest] = path.map(String);
+  const tail = (parts: string[]) => parts.map((p) => (/^\d+$/.test(p) ? `[${p}]` : `.${p}`)).join('').replace(/^\./, '');
+  if ((top === 'sinks' || top === 'datasets') && key !== undefined) {
+    return `${top === 'sinks' ? 'sink' : 'dataset'} "${key}"${rest.length ? `: ${tail(rest)}` : ''}`;
+  }
+  return tail(path.map(String)) || '(root)';
+}
+
+function issuesError(file: string, issues: readonly z.core.$ZodIssue[], prefix: PropertyKey[] = []): HypsinkError {
+  const lines = issues.map((i) => `${describePath([...prefix, ...i.path])}: ${i.message}`);
+  return new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: ${lines.join('; ')}`);
+}
+
+export function validateConfig(raw: unknown, file: string): Config {
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) throw issuesError(file, parsed.error.issues);
+  const sinks: Record<string, SinkConfig> = {};
+  for (const [name, s] of Object.entries(parsed.data.sinks)) {
+    const isRequest = 'plugin' in s;
+    if (isRequest && ('writer' in s || 'destination' in s)) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: sink "${name}": give either "plugin" (a request sink) or "writer" + "destination" (a blob sink), not both`);
+    }
+    if (!isRequest && !('writer' in s) && !('destination' in s)) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: sink "${name}": needs "plugin" (a request sink) or "writer" + "destination" (a blob sink)`);
+    }
+    const r = (isRequest ? requestSink : blobSink).safeParse(s);
+    if (!r.success) throw issuesError(file, r.error.issues, ['sinks', name]);
+    for (const [i, ds] of r.data.datasets.entries()) {
+      if (!(ds in parsed.data.datasets)) {
+        const known = Object.keys(parsed.data.datasets).join(', ') || 'none';
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: sink "${name}": datasets[${i}]: unknown dataset "${ds}" (configured: ${known})`);
+      }
+    }
+    sinks[name] = r.data;
+  }
+  return { ...parsed.data, sinks };
+}
+
+function parseJson(text: string, file: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    const msg = (e as Error).message;
+    const pos = /position (\d+)/.exec(msg);
+    let where = '';
+    if (pos) {
+      const before = text.slice(0, Number(pos[1]));
+      where = ` at line ${before.split('\n').length}, column ${before.length - before.lastIndexOf('\n')}`;
+    }
+    throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: not valid JSON${where} (${msg})`);
+  }
+}
+
+const abs = (base: string, p: string) => (isAbsolute(p) ? p : resolve(base, p));
+
+/**
+ * `explicit` is the --config path (must exist); without it `hypsink.config.json`
+ * in `cwd` is used if present, else the embedded default.
+ */
+export async function loadConfig(explicit: string | undefined, cwd = process.cwd()): Promise<LoadedConfig> {
+  let file: string | null = null;
+  let raw: unknown = DEFAULT_CONFIG;
+  const candidate = explicit ? abs(cwd, explicit) : resolve(cwd, 'hypsink.config.json');
+  try {
+    raw = parseJson(await fsp.readFile(candidate, 'utf8'), candidate);
+    file = candidate;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    if (explicit) throw new HypsinkError('HYPSINK_ERR_CONFIG', `config file ${candidate} does not exist (run "hypsink init" to write one)`);
+  }
+  const where = file ?? 'embedded default config';
+  const config = validateConfig(interpolate(raw, where), where);
+  const baseDir = file ? dirname(file) : cwd;
+  return {
+    config,
+    file,
+    baseDir,
+    cacheRoot: abs(baseDir, config.cache.root),
+    stateDir: abs(baseDir, config.state.dir),
+  };
+}

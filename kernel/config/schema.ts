@@ -1,0 +1,121 @@
+/**
+ * The config file, validated with zod at load. Errors name the sink (or
+ * dataset) and the field. Unknown keys are allowed (a config may carry more).
+ */
+import { Cron } from 'croner';
+import { z } from 'zod';
+import type { COLUMN_TYPES } from '../../types/schema.js';
+import { parseDuration } from './duration.js';
+
+const duration = z.union([z.string(), z.number()]).refine((v) => parseDuration(v) !== null, {
+  message: 'expected a duration like "90s", "5m", "12h", "30d" or milliseconds',
+});
+
+export const cronExpr = z.string().superRefine((v, ctx) => {
+  if (v.trim().split(/\s+/).length !== 5) {
+    ctx.addIssue({ code: 'custom', message: `"${v}" is not a 5-field cron expression (minute hour day month weekday)` });
+    return;
+  }
+  try {
+    new Cron(v, { paused: true }).stop();
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: `"${v}" is not a valid cron expression (${(e as Error).message})` });
+  }
+});
+
+const name = z.string().regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/, 'use 1-64 characters of A-Z a-z 0-9 _ . - (not starting with . or -)');
+
+const column = z.object({
+  name: z.string().min(1).refine((n) => !n.startsWith('_hyp_') && n !== 'source', {
+    message: 'names starting with _hyp_ and the name "source" are reserved',
+  }),
+  type: z.enum(['INT64', 'DOUBLE', 'STRING', 'BOOLEAN', 'TIMESTAMP', 'JSON'] satisfies typeof COLUMN_TYPES),
+  nullable: z.boolean().default(true),
+});
+
+export const datasetSchema = z
+  .looseObject({
+    columns: z.array(column).min(1),
+    timestampColumn: z.string().optional(),
+    /** Rows whose NDJSON line is longer than this go to the dead letter. */
+    maxRowBytes: z.number().int().positive().default(1024 * 1024),
+  })
+  .superRefine((d, ctx) => {
+    const seen = new Set<string>();
+    d.columns.forEach((c, i) => {
+      if (seen.has(c.name)) ctx.addIssue({ code: 'custom', path: ['columns', i, 'name'], message: `duplicate column "${c.name}"` });
+      seen.add(c.name);
+    });
+    if (d.timestampColumn !== undefined) {
+      const c = d.columns.find((x) => x.name === d.timestampColumn);
+      if (!c || c.type !== 'TIMESTAMP') {
+        ctx.addIssue({ code: 'custom', path: ['timestampColumn'], message: `"${d.timestampColumn}" is not a TIMESTAMP column` });
+      }
+    }
+  });
+
+const sinkCommon = {
+  datasets: z.array(z.string()).min(1),
+  schedule: cronExpr.default('*/5 * * * *'),
+  config: z.record(z.string(), z.unknown()).default({}),
+  /** Small-file policy: wait until this many rows are pending… */
+  minRows: z.number().int().positive().default(1),
+  /** …or the oldest pending row has waited this long. */
+  maxDelay: duration.default(0),
+  unit: z
+    .looseObject({ maxRows: z.number().int().positive().optional(), maxBytes: z.number().int().positive().optional() })
+    .default({}),
+};
+
+export const blobSink = z.object({ writer: z.string().min(1), destination: z.string().min(1), ...sinkCommon });
+export const requestSink = z.object({ plugin: z.string().min(1), ...sinkCommon });
+
+export const configSchema = z.object({
+  cache: z
+    .looseObject({
+      root: z.string().default('.hypsink/cache'),
+      lockWaitMs: z.number().int().positive().default(10_000),
+      seqBlockSize: z.number().int().positive().default(1024),
+      segmentBytes: z.number().int().positive().default(64 * 1024 * 1024),
+      rowGroupRows: z.number().int().positive().default(65_536),
+    })
+    .default({ root: '.hypsink/cache', lockWaitMs: 10_000, seqBlockSize: 1024, segmentBytes: 64 * 1024 * 1024, rowGroupRows: 65_536 }),
+  state: z.object({ dir: z.string().default('.hypsink/state') }).default({ dir: '.hypsink/state' }),
+  maintenance: z
+    .looseObject({
+      schedule: cronExpr.optional(),
+      retention: z
+        .looseObject({
+          maxAge: duration.optional(),
+          maxRows: z.number().int().positive().optional(),
+          /** Past this many rows a partition is pruned even if a sink has not exported them: a gap. */
+          hardMaxRows: z.number().int().positive().optional(),
+          /** Keep rows until every sink exporting the dataset has them (default on). */
+          ackCoupled: z.boolean().default(true),
+        })
+        .optional(),
+      compaction: z.object({ minFiles: z.number().int().min(2).default(8) }).optional(),
+    })
+    .default({}),
+  driver: z
+    .looseObject({
+      concurrency: z.number().int().positive().default(4),
+      lockWaitMs: z.number().int().positive().default(10_000),
+      outboxBaseMs: z.number().int().positive().default(5_000),
+      outboxMaxMs: z.number().int().positive().default(300_000),
+    })
+    .default({ concurrency: 4, lockWaitMs: 10_000, outboxBaseMs: 5_000, outboxMaxMs: 300_000 }),
+  datasets: z.record(name, datasetSchema),
+  plugins: z.array(z.string()).default([]),
+  /** Each sink is checked on its own (blobSink or requestSink) so errors name it. */
+  sinks: z.record(name, z.record(z.string(), z.unknown())),
+});
+
+export type BlobSinkConfig = z.infer<typeof blobSink>;
+export type RequestSinkConfig = z.infer<typeof requestSink>;
+export type SinkConfig = BlobSinkConfig | RequestSinkConfig;
+export type Config = Omit<z.infer<typeof configSchema>, 'sinks'> & { sinks: Record<string, SinkConfig> };
+
+export function isBlobSink(s: SinkConfig): s is BlobSinkConfig {
+  return 'writer' in s;
+}

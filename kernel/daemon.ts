@@ -1,0 +1,71 @@
+/**
+ * `hypsink run`: cron schedules per sink (croner, no overlap), each tick
+ * flushing the spools then exporting; optional maintenance schedule; graceful
+ * drain on SIGINT/SIGTERM — stop scheduling, abort parked waits, let the
+ * current units finish or abandon cleanly (an open intent is finished next run).
+ */
+import { Cron } from 'croner';
+import type { Hypsink } from './runtime.js';
+import type { TickReport } from './sinks/driver.js';
+
+export interface DaemonOptions {
+  readonly onTick?: (r: TickReport) => void;
+  /** How long a drain waits for running ticks (ms). */
+  readonly drainMs?: number;
+}
+
+export class Daemon {
+  private readonly jobs: Cron[] = [];
+  private readonly running = new Set<Promise<unknown>>();
+  private stopped = false;
+
+  constructor(
+    private readonly k: Hypsink,
+    private readonly opts: DaemonOptions = {},
+  ) {}
+
+  start(): void {
+    for (const sink of this.k.sinks.values()) {
+      const schedule = this.k.loaded.config.sinks[sink.name]!.schedule;
+      this.jobs.push(new Cron(schedule, { protect: true, catch: (e) => this.k.log.error({ err: e }, 'tick failed') }, () => this.track(this.tick(sink.name))));
+    }
+    const m = this.k.loaded.config.maintenance;
+    if (m.schedule) {
+      this.jobs.push(
+        new Cron(m.schedule, { protect: true }, async () => {
+          await this.track(this.k.maintain({ retention: true, compact: m.compaction !== undefined }));
+        }),
+      );
+    }
+    // A sink may ask to export promptly after a flush (cacheFlushed); the first tick runs now.
+    for (const sink of this.k.sinks.values()) this.track(this.tick(sink.name));
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    const q = p.catch((e) => {
+      this.k.log.error({ err: e }, 'scheduled work failed');
+    });
+    this.running.add(q);
+    void q.finally(() => this.running.delete(q));
+    return p;
+  }
+
+  async tick(sink: string): Promise<void> {
+    if (this.stopped) return;
+    await this.k.flush();
+    const [r] = await this.k.export(sink, { respectBackoff: true });
+    if (r) this.opts.onTick?.(r);
+  }
+
+  /** Drain: no new ticks, abort waits, wait (bounded) for running work, close plugins. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    for (const j of this.jobs) j.stop();
+    const drain = Promise.all([...this.running]);
+    const abortSoon = setTimeout(() => void this.k.close(), 100);
+    await Promise.race([drain, new Promise((r) => setTimeout(r, this.opts.drainMs ?? 30_000))]);
+    clearTimeout(abortSoon);
+    await this.k.close();
+  }
+}

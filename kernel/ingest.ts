@@ -1,0 +1,117 @@
+/**
+ * NDJSON ingest: validate each line against the dataset schema, append valid
+ * rows to a spool of this process, flush. A bad line (malformed JSON, wrong
+ * type, missing required field, over the size limit) goes to the dead-letter
+ * file with its line number and reason, whole; valid lines still commit.
+ */
+import { randomBytes } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+import { HypsinkError } from '../types/errors.js';
+import { PARTITION_COLUMN } from '../types/schema.js';
+import { normalizeRow } from './cache/normalize.js';
+import { encodeSegment } from './cache/segments.js';
+import type { Hypsink } from './runtime.js';
+
+export interface IngestResult {
+  accepted: number;
+  rejected: number;
+  /** The dead-letter file, when any line was rejected. */
+  deadLetter: string | null;
+  /** The first few rejections, for the summary line. */
+  samples: { line: number; reason: string }[];
+}
+
+const FRAME_ROWS = 10_000;
+
+export async function ingestNdjson(
+  k: Hypsink,
+  dataset: string,
+  source: string,
+  input: Readable,
+  label: string,
+  onProgress?: (lines: number) => void,
+): Promise<IngestResult> {
+  const schema = k.cache.schema(dataset);
+  const maxRowBytes = k.loaded.config.datasets[dataset]?.maxRowBytes ?? 1024 * 1024;
+  const spool = { dataset, id: `ingest-${process.pid}-${randomBytes(4).toString('hex')}` };
+  const ignore = new Set([PARTITION_COLUMN]);
+  const result: IngestResult = { accepted: 0, rejected: 0, deadLetter: null, samples: [] };
+  let dead: fsp.FileHandle | undefined;
+  let batch: unknown[][] = [];
+
+  const reject = async (line: number, reason: string, raw: string) => {
+    result.rejected++;
+    if (result.samples.length < 5) result.samples.push({ line, reason });
+    if (!dead) {
+      result.deadLetter = join(await k.deadLetterDir(), `${encodeSegment(dataset)}.ndjson`);
+      dead = await fsp.open(result.deadLetter, 'a');
+    }
+    const rec = { at: new Date().toISOString(), dataset, source, file: label, line, reason, raw };
+    await dead.write(JSON.stringify(rec) + '\n');
+  };
+
+  const lines = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
+  let n = 0;
+  try {
+    for await (const raw of lines) {
+      n++;
+      if (n % 50_000 === 0) onProgress?.(n);
+      if (raw.trim() === '') continue;
+      if (Buffer.byteLength(raw) > maxRowBytes) {
+        await reject(n, `row is ${Buffer.byteLength(raw)} bytes, over the dataset's maxRowBytes ${maxRowBytes}`, raw);
+        continue;
+      }
+      let obj: unknown;
+      try {
+        obj = JSON.parse(raw);
+      } catch (e) {
+        await reject(n, `malformed JSON (${(e as Error).message})`, raw);
+        continue;
+      }
+      if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
+        await reject(n, 'not a JSON object', raw);
+        continue;
+      }
+      const row = obj as Record<string, unknown>;
+      if (row[PARTITION_COLUMN] !== undefined && row[PARTITION_COLUMN] !== source) {
+        await reject(n, `field "${PARTITION_COLUMN}" is ${JSON.stringify(row[PARTITION_COLUMN])} but --source is ${JSON.stringify(source)}`, raw);
+        continue;
+      }
+      const r = normalizeRow(schema, row, ignore);
+      if (!r.ok) {
+        await reject(n, r.reason, raw);
+        continue;
+      }
+      batch.push([source, ...r.values]);
+      result.accepted++;
+      if (batch.length >= FRAME_ROWS) {
+        await k.cache.appendValidated(spool, batch);
+        batch = [];
+      }
+    }
+    await k.cache.appendValidated(spool, batch);
+    onProgress?.(n);
+  } finally {
+    if (dead) {
+      await dead.sync();
+      await dead.close();
+    }
+  }
+  await k.cache.flushTable(spool).then(async (r) => {
+    if (r.partitions.length > 0) await k.hooks.cacheFlushed.promise({ partitions: r.partitions });
+  });
+  // The spool dir of this process is empty now; leave no trace of it.
+  await fsp.rm(k.cache.spool(spool).dir, { recursive: true, force: true });
+  return result;
+}
+
+export function rejectedError(r: IngestResult, dataset: string): HypsinkError {
+  const first = r.samples.map((s) => `line ${s.line}: ${s.reason}`).join('; ');
+  return new HypsinkError(
+    'HYPSINK_ERR_INPUT',
+    `${r.rejected} row(s) of dataset "${dataset}" rejected (${first}${r.rejected > r.samples.length ? '; …' : ''}); kept in ${r.deadLetter}`,
+  );
+}

@@ -1,0 +1,51 @@
+/**
+ * Structured logs (pino). Secrets never reach a line: known secret-bearing keys
+ * are redacted, and config values that came from `${ENV}` interpolation are
+ * registered and masked wherever they appear in a message.
+ */
+import pino, { type Logger as Pino } from 'pino';
+import type { Logger } from '../types/plugins.js';
+
+const secrets = new Set<string>();
+
+/** Mask this value in every later log line and error message printed by the CLI. */
+export function registerSecret(value: string): void {
+  if (value.length >= 4) secrets.add(value);
+}
+
+export function maskSecrets(text: string): string {
+  let out = text;
+  for (const s of secrets) out = out.split(s).join('***');
+  return out;
+}
+
+export function createLogger(level = process.env.HYPSINK_LOG_LEVEL ?? 'info', dest: pino.DestinationStream | number = 2): Pino {
+  return pino(
+    {
+      level,
+      base: undefined,
+      redact: {
+        paths: ['token', '*.token', 'authorization', '*.authorization', 'secretAccessKey', '*.secretAccessKey', 'password'],
+        censor: '***',
+      },
+      hooks: {
+        logMethod(args, method) {
+          method.apply(
+            this,
+            args.map((a) => (typeof a === 'string' ? maskSecrets(a) : a)) as Parameters<typeof method>,
+          );
+        },
+      },
+      formatters: {
+        log(obj) {
+          return JSON.parse(maskSecrets(JSON.stringify(obj))) as Record<string, unknown>;
+        },
+      },
+    },
+    typeof dest === 'number' ? pino.destination({ fd: dest, sync: true }) : dest,
+  );
+}
+
+export function child(log: Pino, bindings: Record<string, unknown>): Logger {
+  return log.child(bindings);
+}

@@ -1,0 +1,168 @@
+/**
+ * The plugin host (Fastify's plugin-utils, Rollup's PluginDriver): loads a
+ * plugin folder through small named checks — manifest shape, API version,
+ * required plugins, provided capabilities — and hands `activate` a context of
+ * its own. Every plugin error is wrapped here, once, with the plugin's name.
+ * Registration closes when the kernel starts.
+ */
+import { promises as fsp } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { z } from 'zod';
+import { HypsinkError } from '../../types/errors.js';
+import type { LifecycleHooks } from '../../types/hooks.js';
+import { type ActivateFn, type Capability, PLUGIN_API_VERSION, type PluginContext, type PluginManifest } from '../../types/plugins.js';
+import type { DestinationFactory, EncoderFactory, SinkFactory } from '../../types/sinks.js';
+import { taps } from '../hooks.js';
+import type { Logger } from '../../types/plugins.js';
+
+export const BUILTIN_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../plugins');
+const BUILTIN_PREFIX = '@hypsink/';
+
+const manifestSchema = z.object({
+  name: z.string().min(1),
+  version: z.string().regex(/^\d+\.\d+\.\d+/, 'expected a semver version'),
+  main: z.string().optional(),
+  apiVersion: z.string().default(PLUGIN_API_VERSION),
+  provides: z.array(z.enum(['sink', 'encoder', 'destination'])).min(1),
+  requires: z.array(z.string()).default([]),
+});
+
+export interface Registry {
+  readonly sinks: Map<string, SinkFactory>;
+  readonly encoders: Map<string, EncoderFactory>;
+  readonly destinations: Map<string, DestinationFactory>;
+}
+
+export class PluginHost {
+  readonly registry: Registry = { sinks: new Map(), encoders: new Map(), destinations: new Map() };
+  private readonly loaded = new Map<string, PluginManifest>();
+  private readonly loading = new Set<string>();
+  private closed = false;
+
+  constructor(
+    private readonly hooks: LifecycleHooks,
+    private readonly log: Logger & { child(b: object): Logger },
+    private readonly baseDir: string,
+  ) {}
+
+  /** Close registration: a plugin cannot add sinks once the kernel runs. */
+  close(): void {
+    this.closed = true;
+  }
+
+  /** What kind of thing a registered name is, for config errors. */
+  kindOf(name: string): 'sink' | 'encoder' | 'destination' | undefined {
+    if (this.registry.sinks.has(name)) return 'sink';
+    if (this.registry.encoders.has(name)) return 'encoder';
+    if (this.registry.destinations.has(name)) return 'destination';
+    return undefined;
+  }
+
+  /** Load a plugin by built-in name (`@hypsink/x`), filesystem path, or package name. */
+  async load(spec: string): Promise<PluginManifest> {
+    const dir = this.locate(spec);
+    const cached = this.loaded.get(dir);
+    if (cached) return cached;
+    if (this.loading.has(dir)) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: circular "requires"`);
+    this.loading.add(dir);
+    try {
+      const manifest = await this.readManifest(spec, dir);
+      this.checkApiVersion(manifest);
+      for (const req of manifest.requires ?? []) await this.load(req);
+      const activate = await this.importActivate(manifest, dir);
+      await this.activate(manifest, activate);
+      this.loaded.set(dir, manifest);
+      return manifest;
+    } finally {
+      this.loading.delete(dir);
+    }
+  }
+
+  private locate(spec: string): string {
+    if (spec.startsWith(BUILTIN_PREFIX)) return join(BUILTIN_DIR, spec.slice(BUILTIN_PREFIX.length));
+    if (spec.startsWith('.') || isAbsolute(spec)) return resolve(this.baseDir, spec);
+    try {
+      const req = createRequire(join(this.baseDir, 'package.json'));
+      return dirname(req.resolve(`${spec}/plugin.json`));
+    } catch {
+      throw new HypsinkError(
+        'HYPSINK_ERR_PLUGIN',
+        `unknown plugin "${spec}": not a built-in (${BUILTIN_PREFIX}…), a path, or an installed package with a plugin.json`,
+      );
+    }
+  }
+
+  private async readManifest(spec: string, dir: string): Promise<PluginManifest> {
+    const path = join(dir, 'plugin.json');
+    let text: string;
+    try {
+      text = await fsp.readFile(path, 'utf8');
+    } catch {
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `unknown plugin "${spec}": ${path} does not exist`);
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch (e) {
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: ${path} is not valid JSON (${(e as Error).message})`);
+    }
+    const r = manifestSchema.safeParse(raw);
+    if (!r.success) {
+      const why = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: ${path}: ${why}`);
+    }
+    return r.data;
+  }
+
+  private checkApiVersion(m: PluginManifest): void {
+    const want = PLUGIN_API_VERSION.split('.')[0];
+    const have = (m.apiVersion ?? PLUGIN_API_VERSION).split('.')[0];
+    if (want !== have) {
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name} targets plugin API ${m.apiVersion}; this hypsink implements ${PLUGIN_API_VERSION}`);
+    }
+  }
+
+  private async importActivate(m: PluginManifest, dir: string): Promise<ActivateFn> {
+    const candidates = m.main ? [m.main] : ['src/index.ts', 'src/index.js', 'index.js'];
+    for (const rel of candidates) {
+      const file = join(dir, rel);
+      try {
+        await fsp.access(file);
+      } catch {
+        continue;
+      }
+      const mod = (await import(pathToFileURL(file).href)) as { default?: unknown; activate?: unknown };
+      const fn = mod.activate ?? mod.default;
+      if (typeof fn !== 'function') {
+        throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: ${file} exports no activate function (default or named "activate")`);
+      }
+      return fn as ActivateFn;
+    }
+    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${dir} (tried ${candidates.join(', ')})`);
+  }
+
+  private async activate(m: PluginManifest, activate: ActivateFn): Promise<void> {
+    const register = <F extends { name: string }>(cap: Capability, map: Map<string, F>) => (f: F) => {
+      if (this.closed) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: registration is closed once the kernel has started`);
+      if (!m.provides.includes(cap)) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name} registers a ${cap} but plugin.json "provides" lacks "${cap}"`);
+      if (this.kindOf(f.name)) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: "${f.name}" is already registered`);
+      map.set(f.name, f);
+    };
+    const ctx: PluginContext = Object.freeze({
+      manifest: m,
+      log: this.log.child({ plugin: m.name }),
+      hooks: taps(this.hooks),
+      registerSink: register('sink', this.registry.sinks),
+      registerEncoder: register('encoder', this.registry.encoders),
+      registerDestination: register('destination', this.registry.destinations),
+    });
+    try {
+      await activate(ctx);
+    } catch (e) {
+      if (e instanceof HypsinkError) throw e;
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: activate failed: ${(e as Error).message}`, { cause: e });
+    }
+  }
+}

@@ -1,0 +1,276 @@
+/**
+ * The kernel, assembled from a loaded config: cache, hooks, plugin host, sinks
+ * and driver. Every CLI command is a method here, so tests drive the same code.
+ */
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger as Pino } from 'pino';
+import { HypsinkError } from '../types/errors.js';
+import type { LifecycleHooks } from '../types/hooks.js';
+import type { PartitionRef } from '../types/storage.js';
+import type { UnitShipper } from '../types/sinks.js';
+import { Cache, type FlushResult } from './cache/cache.js';
+import { forcedAbove } from './cache/planner.js';
+import type { RetentionResult } from './cache/retention.js';
+import type { CompactResult } from './cache/compaction.js';
+import { encodeSegment } from './cache/segments.js';
+import { parseDuration } from './config/duration.js';
+import type { LoadedConfig } from './config/load.js';
+import { isBlobSink, type SinkConfig } from './config/schema.js';
+import { FAULT_POINTS, type FaultPoint, fault } from './fault.js';
+import { createHooks } from './hooks.js';
+import { createLogger } from './log.js';
+import { PluginHost } from './plugins/host.js';
+import { blobShipper } from './sinks/blob.js';
+import { SinkDriver, type PartitionReport, type TickReport } from './sinks/driver.js';
+import type { SinkRuntime } from './sinks/exporter.js';
+import { WatermarkStore } from './sinks/watermarks.js';
+
+/** Blob units default to large files; request sinks say their own bounds. */
+const BLOB_LIMITS = { maxRows: 1_000_000, maxBytes: 256 * 1024 * 1024 };
+
+export interface RuntimeOptions {
+  readonly log?: Pino;
+}
+
+export class Hypsink {
+  readonly hooks: LifecycleHooks = createHooks();
+  readonly sinks = new Map<string, SinkRuntime>();
+  readonly driver: SinkDriver;
+  private readonly abort = new AbortController();
+
+  private constructor(
+    readonly loaded: LoadedConfig,
+    readonly cache: Cache,
+    readonly log: Pino,
+  ) {
+    const d = loaded.config.driver;
+    this.driver = new SinkDriver(
+      { cache, hooks: this.hooks, log, signal: this.abort.signal },
+      { concurrency: d.concurrency, lockWaitMs: d.lockWaitMs, outboxBaseMs: d.outboxBaseMs, outboxMaxMs: d.outboxMaxMs },
+    );
+  }
+
+  static async open(loaded: LoadedConfig, opts: RuntimeOptions = {}): Promise<Hypsink> {
+    const log = opts.log ?? createLogger();
+    const c = loaded.config;
+    const cache = await Cache.open({
+      root: loaded.cacheRoot,
+      datasets: c.datasets,
+      lockWaitMs: c.cache.lockWaitMs,
+      seqBlockSize: c.cache.seqBlockSize,
+      segmentBytes: c.cache.segmentBytes,
+      rowGroupRows: c.cache.rowGroupRows,
+    });
+    const k = new Hypsink(loaded, cache, log);
+    const host = new PluginHost(k.hooks, log, loaded.baseDir);
+    for (const spec of c.plugins) await host.load(spec);
+    for (const [name, sc] of Object.entries(c.sinks)) k.sinks.set(name, await k.buildSink(host, name, sc));
+    host.close();
+    return k;
+  }
+
+  get signal(): AbortSignal {
+    return this.abort.signal;
+  }
+
+  sinkStateDir(name: string): string {
+    return join(this.loaded.stateDir, 'sinks', encodeSegment(name));
+  }
+
+  private async buildSink(host: PluginHost, name: string, sc: SinkConfig): Promise<SinkRuntime> {
+    const where = `${this.loaded.file ?? 'embedded default config'}: sink "${name}"`;
+    const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
+      if (!host.kindOf(spec)) {
+        try {
+          await host.load(spec);
+        } catch (e) {
+          throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: ${(e as Error).message}`, { cause: e });
+        }
+      }
+      const kind = host.kindOf(spec);
+      if (kind !== want) {
+        const hint =
+          want === 'destination' && kind === 'sink'
+            ? `; a request sink is configured with "plugin": "${spec}", without "writer"`
+            : want === 'sink' && kind !== undefined
+              ? `; a ${kind} belongs in a blob sink ("writer" + "destination")`
+              : '';
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: "${spec}" is ${kind ? `a ${kind}` : 'not registered by its plugin'}, not a${want === 'encoder' ? 'n' : ''} ${want}${hint}`);
+      }
+    };
+    const stateDir = this.sinkStateDir(name);
+    const build = {
+      sink: name,
+      stateDir,
+      baseDir: this.loaded.baseDir,
+      log: this.log.child({ sink: name }),
+      fault: (point: string) => {
+        if (!(point in FAULT_POINTS)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `fault point "${point}" is not declared in kernel/fault.ts`);
+        fault(point as FaultPoint);
+      },
+    };
+    let shipper: UnitShipper;
+    try {
+      if (isBlobSink(sc)) {
+        await need('writer', sc.writer, 'encoder');
+        await need('destination', sc.destination, 'destination');
+        const encoder = host.registry.encoders.get(sc.writer)!.create(sc.config, build);
+        const destination = host.registry.destinations.get(sc.destination)!.create(sc.config, build);
+        shipper = blobShipper(encoder, destination, BLOB_LIMITS);
+      } else {
+        await need('plugin', sc.plugin, 'sink');
+        shipper = host.registry.sinks.get(sc.plugin)!.create(sc.config, build);
+      }
+    } catch (e) {
+      if (e instanceof HypsinkError) throw e;
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${(e as Error).message}`, { cause: e });
+    }
+    return {
+      name,
+      kind: isBlobSink(sc) ? 'blob' : 'request',
+      datasets: sc.datasets,
+      shipper,
+      watermarks: new WatermarkStore(stateDir),
+      policy: {
+        minRows: sc.minRows,
+        maxDelayMs: parseDuration(sc.maxDelay) ?? 0,
+        limits: {
+          maxRows: sc.unit.maxRows ?? shipper.limits.maxRows,
+          maxBytes: sc.unit.maxBytes ?? shipper.limits.maxBytes,
+        },
+      },
+    };
+  }
+
+  sink(name: string): SinkRuntime {
+    const s = this.sinks.get(name);
+    if (!s) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `no sink named "${name}" (configured: ${[...this.sinks.keys()].join(', ') || 'none'})`);
+    }
+    return s;
+  }
+
+  async flush(): Promise<FlushResult> {
+    const r = await this.cache.flushAll();
+    if (r.partitions.length > 0) await this.hooks.cacheFlushed.promise({ partitions: r.partitions });
+    return r;
+  }
+
+  /** One tick of the named sink, or of every sink. */
+  async export(name?: string, opts: { respectBackoff?: boolean; onPartition?: (r: PartitionReport) => void } = {}): Promise<TickReport[]> {
+    const targets = name ? [this.sink(name)] : [...this.sinks.values()];
+    const out: TickReport[] = [];
+    for (const s of targets) out.push(await this.driver.tick(s, opts.respectBackoff ?? false, opts.onPartition));
+    return out;
+  }
+
+  /**
+   * The lowest watermark over the sinks exporting a dataset: retention keeps
+   * every row above it (ack-coupled). undefined when no sink exports it.
+   * @ref LLP 0006: ack-coupled retention and gaps
+   */
+  async ackFloor(p: PartitionRef): Promise<bigint | undefined> {
+    let floor: bigint | undefined;
+    for (const s of this.sinks.values()) {
+      if (!s.datasets.includes(p.dataset)) continue;
+      const rec = await s.watermarks.read(p);
+      const w = rec.continuation ? BigInt(rec.continuation.seq) : -1n;
+      if (floor === undefined || w < floor) floor = w;
+    }
+    return floor;
+  }
+
+  async maintain(what: { retention?: boolean; compact?: boolean }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[] }> {
+    const m = this.loaded.config.maintenance;
+    const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[] };
+    if (what.retention && m.retention) {
+      const r = m.retention;
+      out.retention = await this.cache.retention({
+        maxAgeMs: r.maxAge !== undefined ? (parseDuration(r.maxAge) ?? undefined) : undefined,
+        maxRows: r.maxRows,
+        hardMaxRows: r.hardMaxRows,
+        ackFloor: r.ackCoupled ? (p) => this.ackFloor(p) : undefined,
+      });
+      for (const x of out.retention) {
+        if (x.prunedRows === 0) continue;
+        if (x.forcedRows > 0) {
+          this.log.warn({ dataset: x.partition.dataset, source: x.partition.source, forcedRows: x.forcedRows }, 'hard cap pruned rows a sink had not exported');
+        }
+        await this.hooks.retentionDone.promise({ partition: x.partition, prunedRows: x.prunedRows, prunedThroughSeq: x.prunedThroughSeq, forcedRows: x.forcedRows });
+      }
+    }
+    if (what.compact) {
+      out.compaction = await this.cache.compact(undefined, m.compaction?.minFiles ?? 2);
+      for (const x of out.compaction) await this.hooks.compactionDone.promise(x);
+    }
+    return out;
+  }
+
+  async status(): Promise<StatusReport> {
+    const sinks: SinkStatus[] = [];
+    for (const s of this.sinks.values()) {
+      const partitions: PartitionStatus[] = [];
+      for (const ds of s.datasets) {
+        for (const p of await this.cache.listPartitions(ds)) {
+          const rec = await s.watermarks.read(p);
+          const stats = await this.cache.storage.stats(p);
+          const since = rec.continuation;
+          const pendingRows = await this.cache.storage.countRowsSince(p, { since });
+          const gapPending = (await forcedAbove(this.cache.store(p), since ? BigInt(since.seq) : -1n)).reduce(
+            (n, [a, b]) => n + Number(b - a + 1n),
+            0,
+          );
+          partitions.push({
+            dataset: p.dataset,
+            source: p.source,
+            watermark: since?.seq ?? null,
+            highWater: stats.highWater,
+            pendingRows,
+            exportedRows: rec.exportedRowCount,
+            intent: rec.intent,
+            gapRows: rec.gapRows + gapPending,
+            lastExportAt: rec.lastExportAt,
+            lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
+          });
+        }
+      }
+      sinks.push({ name: s.name, kind: s.kind, partitions });
+    }
+    return { sinks };
+  }
+
+  /** Stop: abort parked waits, let plugins close, release destinations. */
+  async close(): Promise<void> {
+    this.abort.abort();
+    await this.hooks.shutdown.promise();
+    for (const s of this.sinks.values()) await s.shipper.close().catch(() => undefined);
+  }
+
+  async deadLetterDir(): Promise<string> {
+    const dir = join(this.loaded.stateDir, 'dead-letter');
+    await fsp.mkdir(dir, { recursive: true });
+    return dir;
+  }
+}
+
+export interface PartitionStatus {
+  dataset: string;
+  source: string;
+  watermark: string | null;
+  highWater: string | null;
+  pendingRows: number;
+  exportedRows: number;
+  intent: { since: string | null; until: string; unit: string } | null;
+  gapRows: number;
+  lastExportAt: string | null;
+  lastError: string | null;
+}
+export interface SinkStatus {
+  name: string;
+  kind: 'blob' | 'request';
+  partitions: PartitionStatus[];
+}
+export interface StatusReport {
+  sinks: SinkStatus[];
+}

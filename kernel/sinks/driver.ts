@@ -1,0 +1,134 @@
+/**
+ * The sink driver: one tick of a sink exports each of its partitions with
+ * bounded concurrency (p-limit), holding the sink instance's lock for the tick
+ * so only one exporter runs it at a time. A failed partition goes to the
+ * outbox and is retried with backoff on later ticks; its watermark and intent
+ * make the retry export no row twice and skip none.
+ */
+import { promises as fsp } from 'node:fs';
+import pLimit from 'p-limit';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
+import type { PartitionRef } from '../../types/storage.js';
+import { ProcessLock } from '../io/lock.js';
+import { type ExportEnv, exportPartition, type PartitionOutcome, type SinkRuntime } from './exporter.js';
+
+export interface DriverOptions {
+  readonly concurrency: number;
+  readonly lockWaitMs: number;
+  readonly outboxBaseMs: number;
+  readonly outboxMaxMs: number;
+}
+
+interface OutboxEntry {
+  attempts: number;
+  nextAt: number;
+}
+
+export interface PartitionReport extends PartitionOutcome {
+  readonly partition: PartitionRef;
+  readonly error: HypsinkError | null;
+  /** Skipped this tick: still backing off after a failure. */
+  readonly deferred: boolean;
+}
+
+export interface TickReport {
+  readonly sink: string;
+  readonly partitions: PartitionReport[];
+  readonly rows: number;
+  readonly bytes: number;
+  readonly units: number;
+  readonly failed: number;
+}
+
+const zero = (): PartitionOutcome => ({ rows: 0, bytes: 0, units: 0, gapRows: 0, waiting: false });
+
+function asHypsinkError(e: unknown, sink: string): HypsinkError {
+  if (isHypsinkError(e)) return e;
+  return new HypsinkError('HYPSINK_ERR_RETRYABLE', `sink "${sink}": ${(e as Error)?.message ?? String(e)}`, { cause: e, retryable: true });
+}
+
+export class SinkDriver {
+  private readonly outbox = new Map<string, OutboxEntry>();
+  private readonly locks = new Map<string, ProcessLock>();
+
+  constructor(
+    private readonly env: ExportEnv,
+    private readonly opts: DriverOptions,
+  ) {}
+
+  private lock(sink: SinkRuntime): ProcessLock {
+    let l = this.locks.get(sink.name);
+    if (!l) {
+      l = new ProcessLock(sink.watermarks.stateDir, `sink "${sink.name}" (${sink.watermarks.stateDir})`, { waitMs: this.opts.lockWaitMs });
+      this.locks.set(sink.name, l);
+    }
+    return l;
+  }
+
+  /**
+   * One tick. `respectBackoff` false (the `export` command) retries outbox
+   * partitions now; the daemon leaves them until their backoff has passed.
+   */
+  async tick(sink: SinkRuntime, respectBackoff: boolean, onPartition?: (r: PartitionReport) => void): Promise<TickReport> {
+    await fsp.mkdir(sink.watermarks.stateDir, { recursive: true });
+    return this.lock(sink).with('export', async () => {
+      const startedAt = new Date();
+      await this.env.hooks.tickStart.promise({ sink: sink.name, startedAt });
+      const partitions: PartitionRef[] = [];
+      for (const ds of sink.datasets) partitions.push(...(await this.env.cache.listPartitions(ds)));
+      const limit = pLimit(this.opts.concurrency);
+      const reports = await Promise.all(partitions.map((p) => limit(() => this.one(sink, p, respectBackoff))));
+      for (const r of reports) onPartition?.(r);
+      const sum = (k: 'rows' | 'bytes' | 'units') => reports.reduce((n, r) => n + r[k], 0);
+      const report: TickReport = {
+        sink: sink.name,
+        partitions: reports,
+        rows: sum('rows'),
+        bytes: sum('bytes'),
+        units: sum('units'),
+        failed: reports.filter((r) => r.error).length,
+      };
+      await this.env.hooks.tickEnd.promise({ sink: sink.name, startedAt, rows: report.rows, bytes: report.bytes, units: report.units, failed: report.failed });
+      return report;
+    });
+  }
+
+  private async one(sink: SinkRuntime, p: PartitionRef, respectBackoff: boolean): Promise<PartitionReport> {
+    const key = `${sink.name}\0${p.key}`;
+    const entry = this.outbox.get(key);
+    if (respectBackoff && entry && entry.nextAt > Date.now()) return { ...zero(), partition: p, error: null, deferred: true };
+    try {
+      const out = await exportPartition(this.env, sink, p);
+      this.outbox.delete(key);
+      if (out.units > 0) {
+        await this.env.hooks.partitionExported.promise({ sink: sink.name, partition: p, rows: out.rows, bytes: out.bytes, units: out.units });
+      }
+      return { ...out, partition: p, error: null, deferred: false };
+    } catch (e) {
+      const err = asHypsinkError(e, sink.name);
+      // Auth and invariant failures will not pass on their own: keep them visible, retry slowly.
+      const attempts = (entry?.attempts ?? 0) + 1;
+      const delay = Math.min(this.opts.outboxMaxMs, this.opts.outboxBaseMs * 2 ** (attempts - 1));
+      this.outbox.set(key, { attempts, nextAt: Date.now() + delay });
+      await this.recordError(sink, p, err);
+      this.env.log.error({ sink: sink.name, dataset: p.dataset, source: p.source, code: err.code, attempts }, err.message);
+      await this.env.hooks.partitionFailed.promise({ sink: sink.name, partition: p, error: err, willRetry: true });
+      return { ...zero(), partition: p, error: err, deferred: false };
+    }
+  }
+
+  /** The last error is kept with the watermark so `status` shows it from any process. */
+  private async recordError(sink: SinkRuntime, p: PartitionRef, err: HypsinkError): Promise<void> {
+    try {
+      const rec = await sink.watermarks.read(p);
+      await sink.watermarks.write(p, rec, { ...rec, lastError: { code: err.code, message: err.message, at: new Date().toISOString() } });
+    } catch {
+      // The watermark itself is unreadable: the error already names it.
+    }
+  }
+
+  /** Partitions waiting in the outbox, for status. */
+  outboxSize(): number {
+    return this.outbox.size;
+  }
+}

@@ -1,0 +1,242 @@
+/**
+ * The exactly-once export of one partition for one sink instance:
+ *   1. an open intent is finished first, under the same unit identity;
+ *   2. the next unit is planned from the watermark and recorded as the intent —
+ *      that one atomic write also carries the previous unit's advance;
+ *   3. the unit is shipped idempotently (create-if-absent / batch-id ledger);
+ *   4. the watermark advances to `until`, the intent clears.
+ * Rows pruned by the hard cap before this sink had them are counted as a gap.
+ * @ref LLP 0005: write-ahead intent
+ * @ref LLP 0006: ack-coupled retention and gaps
+ */
+import type { RecordBatch } from 'apache-arrow';
+import { HypsinkError } from '../../types/errors.js';
+import type { LifecycleHooks } from '../../types/hooks.js';
+import type { Logger } from '../../types/plugins.js';
+import type { DatasetSchema, Row } from '../../types/schema.js';
+import type { ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
+import type { Continuation, PartitionRef } from '../../types/storage.js';
+import type { Cache } from '../cache/cache.js';
+import { forcedAbove, planUnit } from '../cache/planner.js';
+import { fault } from '../fault.js';
+import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
+
+export interface ExportPolicy {
+  readonly minRows: number;
+  readonly maxDelayMs: number;
+  readonly limits: UnitLimits;
+}
+
+export interface SinkRuntime {
+  readonly name: string;
+  readonly kind: 'blob' | 'request';
+  readonly datasets: readonly string[];
+  readonly shipper: UnitShipper;
+  readonly watermarks: WatermarkStore;
+  readonly policy: ExportPolicy;
+}
+
+export interface PartitionOutcome {
+  rows: number;
+  bytes: number;
+  units: number;
+  gapRows: number;
+  /** The small-file policy held rows back this tick. */
+  waiting: boolean;
+}
+
+export interface ExportEnv {
+  readonly cache: Cache;
+  readonly hooks: LifecycleHooks;
+  readonly log: Logger;
+  readonly signal: AbortSignal;
+}
+
+/** A shipped unit's advance, held in memory until the next durable write carries it. */
+interface Advance {
+  readonly rec: WatermarkRecord;
+  readonly from: Continuation | null;
+  readonly unit: string;
+}
+
+const cont = (seq: string): Continuation => ({ v: 1, seq });
+const seqOf = (c: Continuation | null) => (c ? BigInt(c.seq) : -1n);
+
+/** Rows in consecutive-seq ranges that fall in (lo, hi]. */
+function countIn(ranges: readonly [bigint, bigint][], lo: bigint, hi: bigint): number {
+  let n = 0n;
+  for (const [a, b] of ranges) {
+    const from = a > lo ? a : lo + 1n;
+    const to = b < hi ? b : hi;
+    if (to >= from) n += to - from + 1n;
+  }
+  return Number(n);
+}
+
+export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: PartitionRef): Promise<PartitionOutcome> {
+  const out: PartitionOutcome = { rows: 0, bytes: 0, units: 0, gapRows: 0, waiting: false };
+  const store = env.cache.store(p);
+  const schema = env.cache.schema(p.dataset);
+  let rec = await sink.watermarks.read(p);
+  let open: Intent | null = rec.intent;
+  let advance: Advance | null = null;
+  let limits = sink.policy.limits;
+  let halved = false;
+
+  /** Durably write `next`, which carries any pending advance, and announce that advance. */
+  const write = async (next: WatermarkRecord) => {
+    const a = advance;
+    rec = await sink.watermarks.write(p, rec, next);
+    advance = null;
+    if (a?.rec.continuation) {
+      env.hooks.watermarkAdvanced.call({ sink: sink.name, partition: p, from: a.from, to: a.rec.continuation, unit: a.unit });
+    }
+  };
+
+  while (!env.signal.aborted) {
+    if (!open) {
+      const base: WatermarkRecord = advance?.rec ?? rec;
+      const facts = await planUnit(store, seqOf(base.continuation), limits, env.cache.storage.counters);
+      if (!facts.plan) {
+        const g = gapAdvance(base, facts.forcedAbove);
+        if (g) {
+          advance = { rec: g.rec, from: advance?.from ?? rec.continuation, unit: '(gap)' };
+          out.gapRows += g.rows;
+        }
+        break;
+      }
+      if (out.units === 0 && waitForMore(sink.policy, facts.plan.rows, facts.plan.oldestCommittedAt)) {
+        out.waiting = true;
+        break;
+      }
+      const until = cont(facts.plan.until);
+      open = { since: base.continuation?.seq ?? null, until: until.seq, unit: sink.shipper.unitId(p, base.continuation, until) };
+      await write({ ...base, intent: open });
+      fault('export.afterIntent');
+    }
+
+    let shipped: { result: ShipResult; seen: [bigint, bigint][] };
+    try {
+      shipped = await shipUnit(env, sink, p, schema, open);
+    } catch (e) {
+      if ((e as { tooLarge?: boolean }).tooLarge && !halved) {
+        // The destination refused the size and stored nothing under this id: re-plan half as big, once.
+        halved = true;
+        const span = Number(BigInt(open.until) - seqOf(rec.continuation));
+        limits = { ...limits, maxRows: Math.max(1, Math.floor(Math.min(limits.maxRows, span) / 2)) };
+        await write({ ...rec, intent: null });
+        open = null;
+        continue;
+      }
+      throw e;
+    }
+    fault('export.afterShip');
+    const since = open.since === null ? null : cont(open.since);
+    const forced = await forcedAbove(store, seqOf(since));
+    const forcedSeen = shipped.seen.reduce((n, [a, b]) => n + countIn(forced, a - 1n, b), 0);
+    const gap = Math.max(0, countIn(forced, seqOf(since), BigInt(open.until)) - forcedSeen);
+    // A unit the destination already had was shipped before a crash and never counted.
+    const rows = shipped.result.duplicate
+      ? await env.cache.storage.countRowsSince(p, { since, until: cont(open.until) })
+      : shipped.result.rows;
+    out.rows += rows;
+    out.bytes += shipped.result.bytes;
+    out.units += 1;
+    out.gapRows += gap;
+    advance = {
+      rec: {
+        ...rec,
+        continuation: cont(open.until),
+        exportedRowCount: rec.exportedRowCount + rows,
+        gapRows: rec.gapRows + gap,
+        intent: null,
+        lastExportAt: new Date().toISOString(),
+        lastError: null,
+      },
+      from: rec.continuation,
+      unit: open.unit,
+    };
+    open = null;
+    halved = false;
+    limits = sink.policy.limits;
+  }
+  if (advance) {
+    await write((advance as Advance).rec);
+    fault('export.afterAdvance');
+  }
+  if (out.gapRows > 0) {
+    env.log.warn(
+      { sink: sink.name, dataset: p.dataset, source: p.source, gapRows: out.gapRows },
+      'rows were pruned by the hard size cap before this sink exported them (gap)',
+    );
+    await env.hooks.gapDetected.promise({ sink: sink.name, partition: p, rows: out.gapRows });
+  }
+  return out;
+}
+
+function waitForMore(policy: ExportPolicy, pendingRows: number, oldestCommittedAt: number): boolean {
+  if (pendingRows >= policy.minRows) return false;
+  return Date.now() - oldestCommittedAt < policy.maxDelayMs;
+}
+
+/** No rows above the watermark but pruned ranges: step over them, counting the gap. */
+function gapAdvance(base: WatermarkRecord, forced: readonly [bigint, bigint][]): { rec: WatermarkRecord; rows: number } | null {
+  const since = seqOf(base.continuation);
+  const top = forced.reduce((m, [, b]) => (b > m ? b : m), since);
+  if (top <= since) return null;
+  const rows = countIn(forced, since, top);
+  return { rec: { ...base, continuation: cont(top.toString()), gapRows: base.gapRows + rows, intent: null }, rows };
+}
+
+async function shipUnit(
+  env: ExportEnv,
+  sink: SinkRuntime,
+  p: PartitionRef,
+  schema: DatasetSchema,
+  intent: Intent,
+): Promise<{ result: ShipResult; seen: [bigint, bigint][] }> {
+  const since = intent.since === null ? null : cont(intent.since);
+  const until = cont(intent.until);
+  if (BigInt(intent.until) <= seqOf(since)) {
+    throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink ${sink.name}: intent for ${p.key} has until ${intent.until} ≤ since`);
+  }
+  const storage = env.cache.storage;
+  const store = env.cache.store(p);
+  // Seqs of the last complete read of the unit, as runs of consecutive seqs: tells delivered
+  // rows from rows pruned meanwhile without holding a seq per row.
+  let seen: [bigint, bigint][] = [];
+  const note = (runs: [bigint, bigint][], s: bigint) => {
+    const last = runs[runs.length - 1];
+    if (last && s === last[1]) return; // legacy rows share seq 0
+    if (last && last[1] + 1n === s) last[1] = s;
+    else runs.push([s, s]);
+  };
+  const unit: Unit = {
+    sink: sink.name,
+    partition: p,
+    schema,
+    since,
+    until,
+    id: intent.unit,
+    plannedRows: Number(BigInt(intent.until) - seqOf(since)),
+    signal: env.signal,
+    async *rows(): AsyncIterable<Row> {
+      const s: [bigint, bigint][] = [];
+      for await (const r of storage.readRowsSince(p, { since, until })) {
+        note(s, BigInt(r.after.seq));
+        yield r.row;
+      }
+      seen = s;
+    },
+    async *batches(): AsyncIterable<RecordBatch> {
+      const s: [bigint, bigint][] = [];
+      for await (const b of storage.scan(store, { since, until }, schema.columns)) {
+        for (const x of b.seqs) note(s, x);
+        yield b.batch;
+      }
+      seen = s;
+    },
+  };
+  const result = await sink.shipper.ship(unit);
+  return { result, seen };
+}

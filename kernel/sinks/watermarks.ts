@@ -1,0 +1,116 @@
+/**
+ * One watermark record per (sink instance, logical partition), at
+ * `<stateDir>/watermarks/<dataset>/source=<source>.json`. Keyed by the logical
+ * partition, never the physical table folder: compaction swaps generations
+ * under the partition, and the watermark reads straight through.
+ * Written atomically (write-file-atomic, fsync). An unreadable record is an
+ * error naming the file, never a reset to zero.
+ * @ref LLP 0005: write-ahead intent
+ */
+import { promises as fsp } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { HypsinkError } from '../../types/errors.js';
+import type { Continuation, PartitionRef } from '../../types/storage.js';
+import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
+
+export interface Intent {
+  /** Exclusive; null for a partition's first unit. */
+  readonly since: string | null;
+  readonly until: string;
+  readonly unit: string;
+}
+
+export interface WatermarkRecord {
+  readonly v: 1;
+  readonly dataset: string;
+  readonly source: string;
+  readonly continuation: Continuation | null;
+  readonly exportedRowCount: number;
+  readonly updatedAt: string;
+  readonly intent: Intent | null;
+  /** Rows pruned (hard cap) before this sink exported them. */
+  readonly gapRows: number;
+  readonly lastExportAt: string | null;
+  readonly lastError: { code: string; message: string; at: string } | null;
+}
+
+const seqOf = (c: Continuation | null) => (c ? BigInt(c.seq) : -1n);
+
+/** Paired assertion, checked before every write and on every read. */
+export function checkRecord(v: unknown): string | null {
+  const r = v as WatermarkRecord;
+  if (!r || r.v !== 1) return 'not a v1 watermark record';
+  if (r.continuation !== null && (r.continuation?.v !== 1 || !isDecimalSeq(r.continuation.seq))) return 'bad continuation';
+  if (!Number.isInteger(r.exportedRowCount) || r.exportedRowCount < 0) return 'bad exportedRowCount';
+  if (!Number.isInteger(r.gapRows) || r.gapRows < 0) return 'bad gapRows';
+  if (r.intent !== null) {
+    const i = r.intent;
+    if (!i || (i.since !== null && !isDecimalSeq(i.since)) || !isDecimalSeq(i.until) || typeof i.unit !== 'string') return 'bad intent';
+    if (i.since !== null && BigInt(i.since) >= BigInt(i.until)) return `intent since ${i.since} is not below until ${i.until}`;
+    if ((i.since === null ? -1n : BigInt(i.since)) !== seqOf(r.continuation)) return 'intent does not start at the watermark';
+  }
+  return null;
+}
+
+export class WatermarkStore {
+  constructor(readonly stateDir: string) {}
+
+  path(p: PartitionRef): string {
+    return join(this.stateDir, 'watermarks', `${p.key}.json`);
+  }
+
+  async read(p: PartitionRef): Promise<WatermarkRecord> {
+    const rec = await readJsonFile<WatermarkRecord>(this.path(p), checkRecord, 'watermark');
+    return (
+      rec ?? {
+        v: 1,
+        dataset: p.dataset,
+        source: p.source,
+        continuation: null,
+        exportedRowCount: 0,
+        updatedAt: new Date(0).toISOString(),
+        intent: null,
+        gapRows: 0,
+        lastExportAt: null,
+        lastError: null,
+      }
+    );
+  }
+
+  /** Write a record; the watermark never moves backwards (paired assertion). */
+  async write(p: PartitionRef, prev: WatermarkRecord, next: WatermarkRecord): Promise<WatermarkRecord> {
+    const problem = checkRecord(next);
+    if (problem) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `refusing to write watermark ${this.path(p)}: ${problem}`);
+    if (seqOf(next.continuation) < seqOf(prev.continuation)) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_INVARIANT',
+        `refusing to move watermark ${this.path(p)} backwards (${prev.continuation?.seq} → ${next.continuation?.seq})`,
+      );
+    }
+    const rec = { ...next, updatedAt: new Date().toISOString() };
+    await fsp.mkdir(dirname(this.path(p)), { recursive: true });
+    await writeJsonAtomic(this.path(p), rec);
+    return rec;
+  }
+
+  /** Every record this sink has, for status (including partitions that no longer exist). */
+  async list(): Promise<{ key: string; record: WatermarkRecord }[]> {
+    const root = join(this.stateDir, 'watermarks');
+    const out: { key: string; record: WatermarkRecord }[] = [];
+    let dirs: string[] = [];
+    try {
+      dirs = await fsp.readdir(root);
+    } catch {
+      return out;
+    }
+    for (const d of dirs.sort()) {
+      for (const f of (await fsp.readdir(join(root, d))).sort()) {
+        if (!f.endsWith('.json')) continue;
+        const path = join(root, d, f);
+        const record = await readJsonFile<WatermarkRecord>(path, checkRecord, 'watermark');
+        if (record) out.push({ key: `${d}/${f.slice(0, -5)}`, record });
+      }
+    }
+    return out;
+  }
+}

@@ -1,0 +1,26 @@
+/** `@hypsink/format-jsonl`: one JSON object per line, streamed in ~1 MiB chunks. */
+import type { BlobBody, Encoder, PluginContext, Unit } from '../../../types/index.js';
+
+const CHUNK = 1 << 20;
+
+async function* encode(unit: Unit): BlobBody {
+  const enc = new TextEncoder();
+  let buf = '';
+  for await (const row of unit.rows()) {
+    buf += JSON.stringify(row) + '\n';
+    if (buf.length >= CHUNK) {
+      yield enc.encode(buf);
+      buf = '';
+    }
+  }
+  if (buf) yield enc.encode(buf);
+}
+
+export default function activate(ctx: PluginContext): void {
+  ctx.registerEncoder({
+    name: ctx.manifest.name,
+    create(): Encoder {
+      return { extension: 'jsonl', contentType: 'application/x-ndjson', encode };
+    },
+  });
+}

@@ -1,0 +1,61 @@
+/**
+ * `@hypsink/format-parquet`: a unit's Arrow batches → one Parquet file (zstd),
+ * streamed batch by batch through parquet-wasm's stream writer, so a large
+ * unit never sits in memory whole. Any Parquet reader decodes the result.
+ */
+import { Table, tableToIPC } from 'apache-arrow';
+import * as pw from 'parquet-wasm/node';
+import { z } from 'zod';
+import { HypsinkError, type PluginContext } from '../../../types/index.js';
+import type { BlobBody, Encoder, Unit } from '../../../types/index.js';
+
+const configSchema = z.object({
+  compression: z.enum(['zstd', 'snappy', 'gzip', 'uncompressed']).default('zstd'),
+  rowGroupRows: z.number().int().positive().default(65_536),
+});
+
+const CODECS = {
+  zstd: pw.Compression.ZSTD,
+  snappy: pw.Compression.SNAPPY,
+  gzip: pw.Compression.GZIP,
+  uncompressed: pw.Compression.UNCOMPRESSED,
+} as const;
+
+async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: number): BlobBody {
+  const batches = unit.batches()[Symbol.asyncIterator]();
+  const input = new ReadableStream({
+    async pull(ctl) {
+      const next = await batches.next();
+      if (next.done) {
+        ctl.close();
+        return;
+      }
+      for (const rb of pw.Table.fromIPCStream(tableToIPC(new Table(next.value), 'stream')).recordBatches()) ctl.enqueue(rb);
+    },
+    async cancel() {
+      await batches.return?.();
+    },
+  });
+  const props = new pw.WriterPropertiesBuilder().setCompression(compression).setMaxRowGroupSize(rowGroupRows).build();
+  const output = await pw.transformParquetStream(input, props);
+  yield* output as unknown as AsyncIterable<Uint8Array>;
+}
+
+export default function activate(ctx: PluginContext): void {
+  ctx.registerEncoder({
+    name: ctx.manifest.name,
+    create(config, build): Encoder {
+      const r = configSchema.safeParse(config);
+      if (!r.success) {
+        const why = r.error.issues.map((i) => `config.${i.path.join('.')}: ${i.message}`).join('; ');
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${build.sink}": ${why}`);
+      }
+      const { compression, rowGroupRows } = r.data;
+      return {
+        extension: 'parquet',
+        contentType: 'application/vnd.apache.parquet',
+        encode: (unit) => encode(unit, CODECS[compression], rowGroupRows),
+      };
+    },
+  });
+}

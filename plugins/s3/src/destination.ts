@@ -1,0 +1,382 @@
+/**
+ * The S3 blob destination: create-if-absent commits of whole blobs, single
+ * PutObject for small ones, multipart for large ones, never a partial object
+ * and never an upload left pending.
+ */
+import {
+  AbortMultipartUploadCommand,
+  type CompletedPart,
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  HeadObjectCommand,
+  ListMultipartUploadsCommand,
+  PutObjectCommand,
+  S3Client,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
+import type { BlobBody, BlobDestination, Logger, PutResult } from '../../../types/index.js';
+import { HypsinkError } from '../../../types/index.js';
+import { S3_MAX_PARTS, S3_MIN_PART_SIZE, type S3Config } from './config.js';
+import { classify, isNoSuchUpload, isNotFound, isPreconditionFailed, redact } from './errors.js';
+import { PartReader } from './parts.js';
+import { type RetryScope, errorFor, withRetry } from './retry.js';
+
+type Outcome = 'created' | 'exists';
+
+export interface S3DestinationOptions {
+  readonly sink: string;
+  readonly config: S3Config;
+  readonly log: Logger;
+  /** The kernel's crash-test hook (SinkBuildContext.fault); inert in production. */
+  readonly fault?: ((point: string) => void) | undefined;
+}
+
+/** Fault points this plugin owns (for the kernel's list and the crash matrix). */
+export const S3_FAULT_POINTS = {
+  's3.afterParts': 'every multipart part is uploaded, CompleteMultipartUpload not sent: a pending upload, no object',
+} as const;
+
+export class S3Destination implements BlobDestination {
+  private readonly client: S3Client;
+  private readonly sink: string;
+  private readonly cfg: S3Config;
+  private readonly log: Logger;
+  private readonly fault: (point: keyof typeof S3_FAULT_POINTS) => void;
+  private closed = false;
+
+  constructor(opts: S3DestinationOptions) {
+    this.sink = opts.sink;
+    this.cfg = opts.config;
+    this.log = opts.log;
+    this.fault = opts.fault ?? (() => {});
+    // No credentials here: the SDK's default provider chain (env, shared files, SSO, instance role).
+    this.client = new S3Client({
+      region: this.cfg.region,
+      ...(this.cfg.endpoint === undefined ? {} : { endpoint: this.cfg.endpoint }),
+      forcePathStyle: this.cfg.forcePathStyle,
+      // Our retry loop owns the budget (retry.ts); the SDK's would multiply it.
+      maxAttempts: 1,
+      requestHandler: {
+        connectionTimeout: this.cfg.connectTimeoutMs,
+        requestTimeout: this.cfg.requestTimeoutMs,
+        throwOnRequestTimeout: true,
+      },
+    });
+    if (this.cfg.partSize < S3_MIN_PART_SIZE && this.cfg.endpoint === undefined) {
+      this.log.warn(
+        { sink: this.sink, partSize: this.cfg.partSize },
+        's3: config.partSize is under 5 MiB; AWS S3 rejects such multipart parts',
+      );
+    }
+  }
+
+  /** The object key: `prefix/` + the kernel's relative key, without doubled slashes. */
+  objectKey(key: string): string {
+    const rel = key.split('/').filter(Boolean).join('/');
+    if (!rel) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": empty blob key`);
+    return this.cfg.prefix ? `${this.cfg.prefix}/${rel}` : rel;
+  }
+
+  describe(key: string): string {
+    return `s3://${this.cfg.bucket}/${this.objectKey(key)}`;
+  }
+
+  async putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal }): Promise<PutResult> {
+    if (this.closed) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": s3 destination used after close()`);
+    const objectKey = this.objectKey(key);
+    const scope: RetryScope = {
+      sink: this.sink,
+      bucket: this.cfg.bucket,
+      where: `s3://${this.cfg.bucket}/${objectKey}`,
+      budget: this.cfg.retry,
+      signal: opts.signal,
+      log: this.log,
+    };
+    const iterator = body[Symbol.asyncIterator]();
+    try {
+      // @ref LLP 0007: the HeadObject pre-check, for stores that ignore If-None-Match; also saves
+      // reading and uploading a unit whose earlier attempt already committed.
+      if (this.cfg.createIfAbsent !== 'header' && (await this.exists(objectKey, scope))) {
+        this.log.info({ sink: this.sink, location: scope.where }, 's3: key already committed; nothing uploaded');
+        return { created: false, bytes: 0 };
+      }
+      const reader = new PartReader(iterator, this.cfg.partSize);
+      const first = await this.readPart(reader, scope);
+      if (reader.done) return await this.putSingle(objectKey, first ?? Buffer.alloc(0), opts.contentType, scope);
+      return await this.putMultipart(objectKey, first!, reader, opts.contentType, scope);
+    } finally {
+      // Release the producer (an encoder, a file stream) whether or not we read it to the end.
+      try {
+        await iterator.return?.();
+      } catch {
+        // The body's own cleanup failing does not change what was committed.
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.client.destroy();
+  }
+
+  /** The producer's errors pass through unchanged; only an abort is turned into ABORTED. */
+  private async readPart(reader: PartReader, scope: RetryScope): Promise<Buffer | null> {
+    if (scope.signal.aborted) throw errorFor(classify(scope.signal.reason, scope.signal), scope, 'upload', 0);
+    return reader.next();
+  }
+
+  /** HeadObject with its own retry budget: true when the key exists. */
+  private async exists(objectKey: string, scope: RetryScope): Promise<boolean> {
+    return withRetry('HeadObject', scope, () => this.headOnce(objectKey, scope));
+  }
+
+  /**
+   * One HeadObject; inside an enclosing retry loop its faults count against that loop's budget.
+   * In "auto" mode a 403 is not final: S3 answers 403 for a missing key when the credentials
+   * lack s3:ListBucket, so the conditional write decides instead.
+   */
+  private async headOnce(objectKey: string, scope: RetryScope): Promise<boolean> {
+    try {
+      await this.client.send(new HeadObjectCommand({ Bucket: this.cfg.bucket, Key: objectKey }), {
+        abortSignal: scope.signal,
+      });
+      return true;
+    } catch (e) {
+      if (isNotFound(e)) return false;
+      if (this.cfg.createIfAbsent === 'auto' && classify(e, scope.signal).kind === 'auth') {
+        this.log.debug({ sink: this.sink, location: scope.where }, 's3: HeadObject refused; relying on If-None-Match');
+        return false;
+      }
+      throw e;
+    }
+  }
+
+  private ifNoneMatch(): { IfNoneMatch?: string } {
+    return this.cfg.createIfAbsent === 'head' ? {} : { IfNoneMatch: '*' };
+  }
+
+  private async putSingle(objectKey: string, buf: Buffer, contentType: string, scope: RetryScope): Promise<PutResult> {
+    let sent = false;
+    const outcome = await withRetry<Outcome>('PutObject', scope, async (attempt) => {
+      // An earlier try may have committed and lost its answer: look before writing again
+      // (where the store enforces If-None-Match, the 412 below says the same).
+      if (attempt > 1 && this.cfg.createIfAbsent !== 'header' && (await this.headOnce(objectKey, scope))) return 'exists';
+      try {
+        sent = true;
+        await this.client.send(
+          new PutObjectCommand({
+            Bucket: this.cfg.bucket,
+            Key: objectKey,
+            Body: buf,
+            ContentLength: buf.length,
+            ContentType: contentType,
+            // @ref LLP 0007: create-if-absent; 412 means the unit already committed.
+            ...this.ifNoneMatch(),
+          }),
+          { abortSignal: scope.signal },
+        );
+        return 'created';
+      } catch (e) {
+        if (isPreconditionFailed(e)) return 'exists';
+        throw e;
+      }
+    });
+    this.log.debug({ sink: this.sink, location: scope.where, bytes: buf.length, outcome }, 's3: put');
+    return { created: outcome === 'created', bytes: sent ? buf.length : 0 };
+  }
+
+  private async putMultipart(
+    objectKey: string,
+    first: Buffer,
+    reader: PartReader,
+    contentType: string,
+    scope: RetryScope,
+  ): Promise<PutResult> {
+    await this.reapPendingUploads(objectKey, scope);
+    const checksums = (await this.client.config.requestChecksumCalculation()) === 'WHEN_SUPPORTED';
+    let createTries = 0;
+    const created = await withRetry('CreateMultipartUpload', scope, (attempt) => {
+      createTries = attempt;
+      return this.client.send(
+        new CreateMultipartUploadCommand({
+          Bucket: this.cfg.bucket,
+          Key: objectKey,
+          ContentType: contentType,
+          // As lib-storage does: the parts' CRC32s are then checked by the store at completion.
+          ...(checksums ? { ChecksumAlgorithm: 'CRC32' as const } : {}),
+        }),
+        { abortSignal: scope.signal },
+      );
+    });
+    const uploadId = created.UploadId;
+    if (!uploadId) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_DESTINATION',
+        `sink "${this.sink}": CreateMultipartUpload ${scope.where} returned no upload id; the store is not S3-compatible enough for multipart uploads (raise config.partSize to avoid them).`,
+      );
+    }
+    const parts: CompletedPart[] = [];
+    let sentBytes = 0;
+    let inflight: Promise<void> | undefined;
+    let completed = false;
+    try {
+      let part: Buffer | null = first;
+      for (let n = 1; part !== null; n++) {
+        if (n > S3_MAX_PARTS) {
+          throw new HypsinkError(
+            'HYPSINK_ERR_DESTINATION',
+            `sink "${this.sink}": ${scope.where} needs more than ${S3_MAX_PARTS} parts of ${this.cfg.partSize} bytes; raise config.partSize or lower the sink's unit size.`,
+          );
+        }
+        // Upload part n while part n+1 is read: two parts in memory at most.
+        const buf: Buffer = part;
+        inflight = this.uploadPart(objectKey, uploadId, n, buf, scope).then((p) => {
+          parts.push(p);
+          sentBytes += buf.length;
+        });
+        const current = inflight;
+        current.catch(() => {}); // awaited below; this only silences an early rejection
+        const next: Buffer | null = reader.done ? null : await this.readPart(reader, scope);
+        await current;
+        inflight = undefined;
+        part = next;
+      }
+      parts.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
+      this.fault('s3.afterParts');
+      const outcome = await withRetry<Outcome>('CompleteMultipartUpload', scope, async (attempt) => {
+        try {
+          await this.client.send(
+            new CompleteMultipartUploadCommand({
+              Bucket: this.cfg.bucket,
+              Key: objectKey,
+              UploadId: uploadId,
+              MultipartUpload: { Parts: parts },
+              // @ref LLP 0007: the completion is the commit point, so it carries the condition.
+              ...this.ifNoneMatch(),
+            }),
+            { abortSignal: scope.signal },
+          );
+          return 'created';
+        } catch (e) {
+          if (isPreconditionFailed(e)) return 'exists';
+          // An earlier try completed and lost its answer: the upload is gone and the object is there.
+          if (attempt > 1 && isNoSuchUpload(e) && (await this.headOnce(objectKey, scope))) return 'created';
+          throw e;
+        }
+      });
+      if (outcome === 'exists') {
+        // @ref LLP 0007: 412 = already committed = success; the parts we sent are discarded.
+        await this.abortUpload(objectKey, uploadId, scope);
+        completed = true;
+        this.log.info({ sink: this.sink, location: scope.where, bytes: sentBytes }, 's3: key already committed');
+        return { created: false, bytes: sentBytes };
+      }
+      completed = true;
+      this.log.debug({ sink: this.sink, location: scope.where, bytes: sentBytes, parts: parts.length }, 's3: multipart put');
+      return { created: true, bytes: sentBytes };
+    } finally {
+      if (!completed) {
+        // @ref LLP 0007: a failed or interrupted upload is aborted, never left to accrue storage.
+        if (inflight) await inflight.catch(() => {});
+        await this.abortUpload(objectKey, uploadId, scope);
+      }
+      // A retried CreateMultipartUpload may have created an upload whose id we never heard.
+      if (createTries > 1) {
+        await this.reapPendingUploads(objectKey, { ...scope, signal: AbortSignal.timeout(10_000) }).catch(() => {});
+      }
+    }
+  }
+
+  private async uploadPart(
+    objectKey: string,
+    uploadId: string,
+    partNumber: number,
+    buf: Buffer,
+    scope: RetryScope,
+  ): Promise<CompletedPart> {
+    const r = await withRetry(`UploadPart #${partNumber}`, scope, () =>
+      this.client.send(
+        new UploadPartCommand({
+          Bucket: this.cfg.bucket,
+          Key: objectKey,
+          UploadId: uploadId,
+          PartNumber: partNumber,
+          Body: buf,
+          ContentLength: buf.length,
+        }),
+        { abortSignal: scope.signal },
+      ),
+    );
+    if (!r.ETag) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_DESTINATION',
+        `sink "${this.sink}": UploadPart #${partNumber} ${scope.where} returned no ETag; the store is not S3-compatible enough for multipart uploads.`,
+      );
+    }
+    return {
+      PartNumber: partNumber,
+      ETag: r.ETag,
+      ...(r.ChecksumCRC32 ? { ChecksumCRC32: r.ChecksumCRC32 } : {}),
+      ...(r.ChecksumCRC32C ? { ChecksumCRC32C: r.ChecksumCRC32C } : {}),
+      ...(r.ChecksumCRC64NVME ? { ChecksumCRC64NVME: r.ChecksumCRC64NVME } : {}),
+      ...(r.ChecksumSHA1 ? { ChecksumSHA1: r.ChecksumSHA1 } : {}),
+      ...(r.ChecksumSHA256 ? { ChecksumSHA256: r.ChecksumSHA256 } : {}),
+    };
+  }
+
+  /**
+   * AbortMultipartUpload, with its own short budget and its own signal: it must run
+   * even when the unit's signal is what interrupted the upload.
+   */
+  private async abortUpload(objectKey: string, uploadId: string, scope: RetryScope): Promise<void> {
+    const own: RetryScope = {
+      ...scope,
+      signal: AbortSignal.timeout(Math.max(5_000, this.cfg.connectTimeoutMs * 2)),
+      budget: { ...scope.budget, attempts: Math.min(scope.budget.attempts, 3), maxMs: Math.min(scope.budget.maxMs, 1_000) },
+    };
+    try {
+      await withRetry('AbortMultipartUpload', own, async () => {
+        try {
+          await this.client.send(
+            new AbortMultipartUploadCommand({ Bucket: this.cfg.bucket, Key: objectKey, UploadId: uploadId }),
+            { abortSignal: own.signal },
+          );
+        } catch (e) {
+          if (isNoSuchUpload(e)) return; // already gone
+          throw e;
+        }
+      });
+      this.log.debug({ sink: this.sink, location: scope.where }, 's3: multipart upload aborted');
+    } catch (e) {
+      this.log.warn(
+        { sink: this.sink, location: scope.where, error: redact(e instanceof Error ? e.message : String(e)) },
+        's3: could not abort a multipart upload; the next attempt on this key aborts it, or a bucket lifecycle rule (AbortIncompleteMultipartUpload) does',
+      );
+    }
+  }
+
+  /**
+   * Aborts uploads pending under this exact key (a crashed earlier attempt, or a lost
+   * CreateMultipartUpload answer). Safe: only this sink instance writes its keys, under
+   * the kernel's lock. Best effort: ListMultipartUploads may be denied or unimplemented.
+   */
+  private async reapPendingUploads(objectKey: string, scope: RetryScope): Promise<void> {
+    let uploads: { Key?: string | undefined; UploadId?: string | undefined }[];
+    try {
+      const r = await this.client.send(new ListMultipartUploadsCommand({ Bucket: this.cfg.bucket, Prefix: objectKey }), {
+        abortSignal: scope.signal,
+      });
+      uploads = r.Uploads ?? [];
+    } catch (e) {
+      const fault = classify(e, scope.signal);
+      if (fault.kind === 'aborted') throw errorFor(fault, scope, 'ListMultipartUploads', 1);
+      this.log.debug({ sink: this.sink, location: scope.where, fault: fault.summary }, 's3: cannot list pending uploads');
+      return;
+    }
+    for (const u of uploads) {
+      if (u.Key !== objectKey || !u.UploadId) continue;
+      this.log.info({ sink: this.sink, location: scope.where }, 's3: aborting a pending upload left by an earlier attempt');
+      await this.abortUpload(objectKey, u.UploadId, scope);
+    }
+  }
+}
