@@ -25,6 +25,8 @@ export const FAULT_POINTS = {
   'export.afterAdvance': 'the watermark is advanced and the intent cleared',
   'localfs.afterTemp': 'the temp blob is written and fsynced, not linked',
   'localfs.afterLink': 'the blob is linked under its key, temp not removed',
+  'receiver.afterData': 'the reference receiver appended and fsynced a batch, its ledger does not list it',
+  'receiver.afterLedger': 'the reference receiver ledger lists the batch, the 200 not yet sent',
   's3.afterParts': 'every multipart part is uploaded, the upload not yet completed',
 } as const;
 

@@ -99,27 +99,37 @@ export function buildColumn(type: ColumnType, values: readonly unknown[]): Data 
   }
 }
 
-/** Strings: one UTF-8 buffer and an offsets array. */
+/**
+ * Strings: one UTF-8 buffer and an offsets array. Fast path: join everything and
+ * encode once; when the bytes equal the characters the text is ASCII and the
+ * offsets are the string lengths. Otherwise encode string by string.
+ */
 export function buildUtf8(values: readonly unknown[], nulls = 0, nullBitmap?: Uint8Array): Data<Utf8> {
   const length = values.length;
   const valueOffsets = new Int32Array(length + 1);
-  let capacity = 0;
+  const parts: string[] = new Array(length);
+  let chars = 0;
   for (let i = 0; i < length; i++) {
     const v = values[i];
-    if (typeof v === 'string') capacity += v.length * 3;
+    const s = typeof v === 'string' ? v : '';
+    parts[i] = s;
+    chars += s.length;
+    valueOffsets[i + 1] = chars;
   }
-  let buf = new Uint8Array(Math.max(capacity, 16));
+  const joined = Buffer.from(parts.join(''), 'utf8');
+  if (joined.length === chars) {
+    return makeData({ type: new Utf8(), length, nullCount: nulls, nullBitmap, valueOffsets, data: joined });
+  }
+  let buf = new Uint8Array(joined.length);
   let pos = 0;
   for (let i = 0; i < length; i++) {
-    const v = values[i];
-    if (typeof v === 'string') {
-      if (buf.length - pos < v.length * 3) {
-        const grown = new Uint8Array((buf.length + v.length * 3) * 2);
-        grown.set(buf.subarray(0, pos));
-        buf = grown;
-      }
-      pos += encoder.encodeInto(v, buf.subarray(pos)).written;
+    const s = parts[i]!;
+    if (buf.length - pos < s.length * 3) {
+      const grown = new Uint8Array((buf.length + s.length * 3) * 2);
+      grown.set(buf.subarray(0, pos));
+      buf = grown;
     }
+    pos += encoder.encodeInto(s, buf.subarray(pos)).written;
     valueOffsets[i + 1] = pos;
   }
   return makeData({ type: new Utf8(), length, nullCount: nulls, nullBitmap, valueOffsets, data: buf.subarray(0, pos) });

@@ -6,19 +6,14 @@
  * compaction dedupes on) and `_hyp_cache_batch_id` (the spool segment it came from).
  * @ref LLP 0001: commit order = seq order
  */
-import { createHash } from 'node:crypto';
 import { makeData, makeVector, Table, Int64 } from 'apache-arrow';
 import type { ColumnSpec } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
+import { hash128 } from './hash128.js';
 import { BATCH_ID_COLUMN, buildColumn, buildUtf8, ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 
 export function rowId(partition: PartitionRef, values: readonly unknown[]): string {
-  return createHash('sha256')
-    .update(partition.key)
-    .update('\0')
-    .update(JSON.stringify(values))
-    .digest('base64url')
-    .slice(0, 27);
+  return hash128(`${partition.key}\0${JSON.stringify(values)}`);
 }
 
 /** Build the Arrow table of a commit: user columns, then seq first..first+n-1, row ids, batch id. */

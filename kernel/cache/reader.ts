@@ -130,7 +130,7 @@ export class CacheStorage implements StorageService {
         });
         if (straddle.length === 0) continue;
         // Only the row groups cut by a bound are opened, and only their seq column.
-        const reader = await ParquetReader.open(`${snap.dir}/${f.name}`, this.counters);
+        const reader = await ParquetReader.open(`${snap.dir}/${f.name}`, this.counters, f);
         try {
           for (const i of straddle) {
             for (const batch of await reader.readRowGroup(i, [SEQ_COLUMN])) {
@@ -194,11 +194,13 @@ export class CacheStorage implements StorageService {
   ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[] }> {
     const groups = f.rowGroups.flatMap((rg, i) => (overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi) ? [i] : []));
     if (groups.length === 0) return;
-    const reader = await ParquetReader.open(path, this.counters);
+    const reader = await ParquetReader.open(path, this.counters, f);
     try {
+      // Only the columns asked for and the seq: row ids and batch ids are never decoded here.
+      const wanted = [...cols.map((c) => c.name), SEQ_COLUMN].filter((c) => reader.has(c));
       for (const g of groups) {
         this.counters.rowGroupsRead += 1;
-        for (const raw of await reader.readRowGroup(g)) {
+        for (const raw of await reader.readRowGroup(g, wanted)) {
           const seqVec = raw.getChild(SEQ_COLUMN);
           const start = upperBound(seqVec, raw.numRows, b.lo);
           const end = upperBound(seqVec, raw.numRows, b.hi);

@@ -1,0 +1,89 @@
+/**
+ * The forward sink's config: validated once, when the sink is built, so a typo
+ * fails the load with one message naming the sink and every bad field.
+ * The kernel has already interpolated `${ENV}` references: `token` is plain text here.
+ * No message ever quotes a value (the token is one of them).
+ */
+import { z } from 'zod';
+import { HypsinkError } from '../../../types/index.js';
+
+export const MiB = 1024 * 1024;
+
+const RetrySchema = z
+  .object({
+    /** Tries per unit for network errors and 5xx, the first one included. */
+    attempts: z.number().int().min(1).max(50).default(5),
+    /** First backoff; doubles per retry, with jitter. */
+    baseMs: z.number().int().min(0).default(500),
+    /** Cap on one backoff wait. */
+    maxMs: z.number().int().min(0).default(30_000),
+  })
+  .strict();
+
+const positiveInt = z.number().int().min(1);
+
+export const ForwardConfigSchema = z
+  .object({
+    /** The receiver's base URL; `/v1/ingest/<dataset>` is appended. */
+    url: z
+      .url({
+        protocol: /^https?$/,
+        error: (iss) => (iss.input === undefined ? "required: the receiver's base URL" : 'must be an http(s) URL'),
+      })
+      .refine((u) => !/^[a-z]+:\/\/[^/]*@/i.test(u), 'must not carry credentials; use config.token')
+      .refine((u) => !/[?#]/.test(u), 'must not have a query or fragment'),
+    /** Bearer token; usually "${HYPSINK_TOKEN}". */
+    token: z
+      .string({ error: 'must be a string' })
+      .min(1, 'is empty (is the environment variable it names set?)')
+      .refine((t) => /^[\x21-\x7e]+$/.test(t), 'must be visible ASCII without spaces (a bearer token)')
+      .optional(),
+    /** Cut a unit at this many rows. */
+    maxRows: positiveInt.default(5000),
+    /** Cut a unit near this many bytes of NDJSON. */
+    maxBytes: positiveInt.default(4 * MiB),
+    /** One POST, body and answer included; a timeout is retried like a network error. */
+    timeoutMs: positiveInt.default(30_000),
+    /** Total waiting per unit (backpressure and backoff) before the unit is handed back to the kernel. */
+    maxInlineWaitMs: z.number().int().min(0).default(300_000),
+    /** Backpressure waits when the receiver gives no usable Retry-After; the last step repeats. */
+    ladderMs: z.array(positiveInt).min(1).default([30_000, 60_000, 120_000, 300_000]),
+    retry: RetrySchema.default({ attempts: 5, baseMs: 500, maxMs: 30_000 }),
+    /**
+     * Mixed into every batch id. Set it (e.g. to a host name) when several caches
+     * forward to one receiver under the same sink name and source values.
+     * @ref LLP 0008: why ids are otherwise derived from the sink name and partition alone
+     */
+    idNamespace: z.string().min(1).optional(),
+  })
+  .strict();
+
+export type ForwardConfig = z.infer<typeof ForwardConfigSchema>;
+export type RetryBudget = ForwardConfig['retry'];
+
+function fieldPath(path: readonly PropertyKey[]): string {
+  return ['config', ...path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p)))].join('.').replace(/\.\[/g, '[');
+}
+
+/** Validates and normalizes; throws HYPSINK_ERR_CONFIG naming the sink and every bad field. */
+export function parseForwardConfig(raw: unknown, sink: string): ForwardConfig {
+  const parsed = ForwardConfigSchema.safeParse(raw ?? {});
+  if (!parsed.success) {
+    const problems: string[] = [];
+    const seen = new Set<string>();
+    for (const issue of parsed.error.issues) {
+      if (issue.code === 'unrecognized_keys') {
+        for (const k of issue.keys) problems.push(`${fieldPath([...issue.path, k])}: unknown field`);
+        continue;
+      }
+      // One problem per field: the first is the one to fix.
+      const field = fieldPath(issue.path);
+      if (seen.has(field)) continue;
+      seen.add(field);
+      problems.push(`${field}: ${issue.message}`);
+    }
+    throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${sink}": ${problems.join('; ')}`);
+  }
+  // One base without a trailing slash, so `${url}/v1/ingest/…` never doubles it.
+  return { ...parsed.data, url: parsed.data.url.replace(/\/+$/, '') };
+}

@@ -1,0 +1,221 @@
+/**
+ * The forward sink as a UnitShipper: build the request once, POST it, and ride
+ * out backpressure and passing faults in place under the same batch id. The
+ * kernel owns the intent and the watermark; this file only guarantees that
+ * every attempt for a unit carries the unit's id, so the receiver's ledger
+ * makes the retries harmless.
+ */
+import { createHash } from 'node:crypto';
+import type {
+  Continuation,
+  PartitionRef,
+  ShipResult,
+  SinkBuildContext,
+  Unit,
+  UnitLimits,
+  UnitShipper,
+} from '../../../types/index.js';
+import { backoffMs, ladderStep, linkSignals, parkedWait, parseRetryAfter } from './backoff.js';
+import type { ForwardConfig } from './config.js';
+import { ForwardError } from './errors.js';
+import { buildRequest } from './request-builder.js';
+import { ForwardService } from './service.js';
+
+/** Bump only with a migration note: in-flight intents keep their recorded ids either way. */
+const ID_SCHEME = 'hypsink.forward.batch.v1';
+
+export class ForwardShipper implements UnitShipper {
+  readonly limits: UnitLimits;
+  private readonly service: ForwardService;
+  private readonly closer = new AbortController();
+  private readonly onClose: (() => void)[] = [];
+
+  constructor(
+    private readonly cfg: ForwardConfig,
+    private readonly ctx: SinkBuildContext,
+  ) {
+    this.limits = { maxRows: cfg.maxRows, maxBytes: cfg.maxBytes };
+    this.service = new ForwardService(cfg.url, cfg.timeoutMs);
+  }
+
+  /**
+   * @ref LLP 0008: the batch id is a pure function of (sink instance, logical
+   * partition, since, until). The kernel fixes it in the write-ahead intent
+   * before the first POST, so a retry, a respool or a restart re-sends the
+   * same range under the same id and the receiver's ledger stores it once.
+   */
+  unitId(partition: PartitionRef, since: Continuation | null, until: Continuation): string {
+    const from = since?.seq ?? 'start';
+    const material = JSON.stringify([
+      ID_SCHEME,
+      this.cfg.idNamespace ?? null,
+      this.ctx.sink,
+      partition.dataset,
+      partition.key,
+      from,
+      until.seq,
+    ]);
+    const digest = createHash('sha256').update(material).digest('hex').slice(0, 32);
+    // The seq range up front so an id in a ledger or a log reads at a glance.
+    return `hfw1-${from}-${until.seq}-${digest}`;
+  }
+
+  async ship(unit: Unit): Promise<ShipResult> {
+    const link = linkSignals(unit.signal, this.closer.signal);
+    try {
+      return await this.shipLinked(unit, link.signal);
+    } finally {
+      link.dispose();
+    }
+  }
+
+  private async shipLinked(unit: Unit, signal: AbortSignal): Promise<ShipResult> {
+    if (signal.aborted) throw this.aborted(unit);
+    const req = await buildRequest(unit, this.cfg.token);
+    // Every row of the range was pruned since planning: nothing to deliver, nothing to dedupe.
+    if (req.rows === 0) return { rows: 0, bytes: 0, duplicate: false };
+
+    const log = this.ctx.log;
+    const where = `batch ${unit.id} of ${unit.partition.dataset}/source=${unit.partition.source}`;
+    const fields = { sink: this.ctx.sink, dataset: unit.partition.dataset, partition: unit.partition.key, unit: unit.id };
+    const budget = this.cfg.maxInlineWaitMs;
+    let waited = 0;
+    let ladder = 0;
+    let failures = 0;
+    let staleRetries = 0;
+
+    for (;;) {
+      if (signal.aborted) throw this.aborted(unit);
+      const out = await this.service.post(req, signal);
+      switch (out.kind) {
+        case 'ok':
+          log.debug({ ...fields, rows: req.rows, bytes: req.body.length, duplicate: out.duplicate }, 'batch delivered');
+          return { rows: req.rows, bytes: req.body.length, duplicate: out.duplicate };
+
+        case 'aborted':
+          throw this.aborted(unit);
+
+        case 'backpressure': {
+          const hinted = parseRetryAfter(out.retryAfter);
+          const delay = hinted ?? ladderStep(this.cfg.ladderMs, ladder++);
+          if (waited + delay > budget) {
+            // Parking longer would hold the tick; the kernel respools the partition instead.
+            throw new ForwardError(
+              'HYPSINK_ERR_RETRYABLE',
+              this.redact(
+                `sink "${this.ctx.sink}": the receiver is still busy (HTTP ${out.status}) for ${where}; ` +
+                  `waited ${waited} ms, the next wait (${delay} ms) would pass config.maxInlineWaitMs (${budget} ms); ` +
+                  'the partition is retried on a later tick',
+              ),
+              { retryable: true, retryAfterMs: delay, status: out.status, batchId: unit.id },
+            );
+          }
+          log.warn(
+            { ...fields, status: out.status, waitMs: delay, from: hinted === undefined ? 'ladder' : 'retry-after' },
+            'receiver busy; waiting before re-sending the same batch',
+          );
+          await this.park(delay, signal, unit);
+          waited += delay;
+          continue;
+        }
+
+        case 'transient': {
+          // A pooled socket the receiver closed while idle: the POST never reached it. Resend now.
+          if (out.staleSocket && staleRetries < 2) {
+            staleRetries++;
+            continue;
+          }
+          failures++;
+          const delay = backoffMs(failures, this.cfg.retry);
+          if (failures >= this.cfg.retry.attempts || waited + delay > budget) {
+            throw new ForwardError(
+              'HYPSINK_ERR_RETRYABLE',
+              this.redact(
+                `sink "${this.ctx.sink}": could not deliver ${where} to ${this.service.describe(req.path)} ` +
+                  `after ${failures} ${failures === 1 ? 'try' : 'tries'}: ${out.message}; the partition is retried on a later tick`,
+              ),
+              { retryable: true, status: out.status, batchId: unit.id, cause: this.causeOf(out.code, out.message) },
+            );
+          }
+          log.warn(
+            { ...fields, status: out.status, code: out.code, attempt: failures, waitMs: delay, error: this.redact(out.message) },
+            'delivery failed; retrying the same batch',
+          );
+          await this.park(delay, signal, unit);
+          waited += delay;
+          continue;
+        }
+
+        case 'tooLarge':
+          throw new ForwardError(
+            'HYPSINK_ERR_DESTINATION',
+            this.redact(
+              `sink "${this.ctx.sink}": the receiver refused ${where} as too large ` +
+                `(HTTP 413, ${req.rows} rows, ${req.body.length} bytes): ${out.message}; ` +
+                'the unit must be split (or config.maxBytes / config.maxRows lowered)',
+            ),
+            { status: out.status, tooLarge: true, batchId: unit.id },
+          );
+
+        case 'auth':
+          throw new ForwardError(
+            'HYPSINK_ERR_AUTH',
+            this.cfg.token === undefined
+              ? `sink "${this.ctx.sink}": the receiver requires a token (HTTP ${out.status}); set config.token (e.g. "\${HYPSINK_TOKEN}")`
+              : `sink "${this.ctx.sink}": the receiver rejected the token (HTTP ${out.status}); check config.token / HYPSINK_TOKEN`,
+            { status: out.status, batchId: unit.id },
+          );
+
+        case 'rejected':
+          throw new ForwardError(
+            'HYPSINK_ERR_DESTINATION',
+            this.redact(
+              `sink "${this.ctx.sink}": the receiver rejected ${where} (HTTP ${out.status}): ${out.message}`,
+            ),
+            { status: out.status, batchId: unit.id },
+          );
+      }
+    }
+  }
+
+  /** Abort parked waits and in-flight POSTs, drop pooled connections. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closer.signal.aborted) return;
+    this.closer.abort();
+    this.service.close();
+    for (const f of this.onClose.splice(0)) f();
+  }
+
+  /** Called once when the shipper closes (the plugin forgets it). */
+  whenClosed(f: () => void): void {
+    if (this.closer.signal.aborted) f();
+    else this.onClose.push(f);
+  }
+
+  private async park(ms: number, signal: AbortSignal, unit: Unit): Promise<void> {
+    try {
+      await parkedWait(ms, signal);
+    } catch {
+      throw this.aborted(unit);
+    }
+  }
+
+  private aborted(unit: Unit): ForwardError {
+    return new ForwardError(
+      'HYPSINK_ERR_ABORTED',
+      `sink "${this.ctx.sink}": stopped before batch ${unit.id} was confirmed; it is re-sent under the same id on the next run`,
+      { batchId: unit.id },
+    );
+  }
+
+  /** A receiver could echo anything back; the token never leaves in a message. */
+  private redact(s: string): string {
+    const t = this.cfg.token;
+    return t === undefined ? s : s.split(t).join('[redacted]');
+  }
+
+  /** A plain cause (code and redacted text), never the raw socket error object. */
+  private causeOf(code: string | undefined, message: string): Error {
+    return Object.assign(new Error(this.redact(message)), { code });
+  }
+}

@@ -1,0 +1,153 @@
+/** Shared helpers for receiver and forward tests: a raw loopback client and a child-process receiver. */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import * as http from 'node:http';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export const RECEIVER_MAIN = path.join(REPO, 'fixtures/receiver/main.ts');
+
+/** A fresh temp dir, removed by the returned cleanup. */
+export async function tempDir(prefix: string): Promise<{ dir: string; cleanup: () => Promise<void> }> {
+  const dir = await mkdtemp(path.join(tmpdir(), `hypsink-${prefix}-`));
+  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+export interface Reply {
+  readonly status: number;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly text: string;
+  readonly json: Record<string, unknown> | null;
+}
+
+export interface IngestRequest {
+  readonly dataset?: string;
+  readonly source?: string | null;
+  readonly id?: string | null;
+  readonly token?: string;
+  readonly body?: string | Buffer;
+  readonly headers?: Record<string, string>;
+  /** Write the body in pieces and call `hold()` before the last piece (for in-flight tests). */
+  readonly hold?: () => Promise<void>;
+}
+
+/** POST one batch with node:http (no client retries, every header under the test's control). */
+export function ingest(baseUrl: string, r: IngestRequest): Promise<Reply> {
+  const headers: Record<string, string> = { 'content-type': 'application/x-ndjson' };
+  if (r.token !== undefined) headers.authorization = `Bearer ${r.token}`;
+  if (r.source !== null) headers['x-hyp-partition'] = `source=${encodeURIComponent(r.source ?? 'src')}`;
+  if (r.id !== null) headers['x-hyp-batch-id'] = r.id ?? 'batch-1';
+  Object.assign(headers, r.headers);
+  const body = Buffer.from(r.body ?? '{"a":1}\n');
+  const base = new URL(baseUrl);
+  // An explicit path: a URL string would be normalized ('..' segments resolved) before it is sent.
+  const reqPath = `/v1/ingest/${encodeURIComponent(r.dataset ?? 'activity')}`;
+  return new Promise((resolve, reject) => {
+    const opts = { host: base.hostname, port: base.port, path: reqPath, method: 'POST', headers, agent: false };
+    const req = http.request(opts, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let json: Record<string, unknown> | null = null;
+        try {
+          json = JSON.parse(text) as Record<string, unknown>;
+        } catch {}
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    if (r.hold) {
+      req.write(body.subarray(0, 1));
+      r.hold().then(
+        () => req.end(body.subarray(1)),
+        (e: Error) => req.destroy(e),
+      );
+    } else req.end(body);
+  });
+}
+
+/** NDJSON of n rows {n: start+i, ...extra}. */
+export function ndjson(n: number, start = 0, extra: Record<string, unknown> = {}): string {
+  let s = '';
+  for (let i = 0; i < n; i++) s += `${JSON.stringify({ n: start + i, ...extra })}\n`;
+  return s;
+}
+
+export interface ChildReceiver {
+  readonly child: ChildProcess;
+  readonly port: number;
+  readonly url: string;
+  /** Every stdout line so far (pino JSON). */
+  readonly lines: string[];
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Resolves when a stdout log line has this `msg`. */
+  waitFor(msg: string, timeoutMs?: number): Promise<Record<string, unknown>>;
+}
+
+/** Run fixtures/receiver/main.ts in a child process (port 0) and wait for its "listening" line. */
+export async function spawnReceiver(args: string[], env: Record<string, string> = {}): Promise<ChildReceiver> {
+  const child = spawn(process.execPath, ['--import', 'tsx', RECEIVER_MAIN, '--port', '0', ...args], {
+    cwd: REPO,
+    env: { ...process.env, HYPSINK_FAULT: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  const listeners = new Set<() => void>();
+  let buf = '';
+  let stderr = '';
+  child.stdout!.setEncoding('utf8').on('data', (s: string) => {
+    buf += s;
+    let i = buf.indexOf('\n');
+    while (i >= 0) {
+      lines.push(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+      i = buf.indexOf('\n');
+    }
+    for (const l of listeners) l();
+  });
+  child.stderr!.setEncoding('utf8').on('data', (s: string) => {
+    stderr += s;
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => {
+      resolve({ code, signal });
+      for (const l of listeners) l();
+    });
+  });
+  const waitFor = (msg: string, timeoutMs = 15_000) =>
+    new Promise<Record<string, unknown>>((resolve, reject) => {
+      const check = () => {
+        for (const l of lines) {
+          try {
+            const o = JSON.parse(l) as Record<string, unknown>;
+            if (o.msg === msg) {
+              cleanup();
+              resolve(o);
+              return;
+            }
+          } catch {}
+        }
+        if (child.exitCode !== null || child.signalCode !== null) {
+          cleanup();
+          reject(new Error(`receiver exited before "${msg}": ${stderr}`));
+        }
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new Error(`timed out waiting for "${msg}": ${stderr}`));
+      }, timeoutMs);
+      const cleanup = () => {
+        clearTimeout(timer);
+        listeners.delete(check);
+      };
+      listeners.add(check);
+      check();
+    });
+  const listening = await waitFor('listening');
+  const port = Number(listening.port);
+  return { child, port, url: `http://127.0.0.1:${port}`, lines, exited, waitFor };
+}
