@@ -27,12 +27,18 @@ export interface HypsinkErrorOptions {
   readonly retryable?: boolean;
   /** The destination asked to wait this long before retrying (Retry-After). */
   readonly retryAfterMs?: number;
+  /**
+   * The destination refused the unit as too large and stored nothing: the kernel
+   * re-plans the same range as smaller units instead of retrying it as is.
+   */
+  readonly tooLarge?: boolean;
 }
 
 export class HypsinkError extends Error {
   readonly code: ErrorCode;
   readonly retryable: boolean;
   readonly retryAfterMs: number | undefined;
+  readonly tooLarge: boolean;
 
   constructor(code: ErrorCode, message: string, opts: HypsinkErrorOptions = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
@@ -40,6 +46,7 @@ export class HypsinkError extends Error {
     this.code = code;
     this.retryable = opts.retryable ?? code === 'HYPSINK_ERR_RETRYABLE';
     this.retryAfterMs = opts.retryAfterMs;
+    this.tooLarge = opts.tooLarge ?? false;
   }
 
   get hint(): string {

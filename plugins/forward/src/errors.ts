@@ -5,29 +5,22 @@ import { type ErrorCode, HypsinkError, type HypsinkErrorOptions } from '../../..
 
 export interface ForwardErrorOptions extends HypsinkErrorOptions {
   readonly status?: number;
-  readonly tooLarge?: boolean;
   readonly batchId?: string;
 }
 
 export class ForwardError extends HypsinkError {
   /** The receiver's HTTP status, when it answered. */
   readonly status: number | undefined;
-  /**
-   * The receiver refused the body as too large (HTTP 413): the kernel should
-   * re-plan the range as smaller units (halve it) instead of retrying it as is.
-   */
-  readonly tooLarge: boolean;
   /** The unit id (X-Hyp-Batch-Id) this error is about. */
   readonly batchId: string | undefined;
 
   constructor(code: ErrorCode, message: string, opts: ForwardErrorOptions = {}) {
     super(code, message, opts);
     this.status = opts.status;
-    this.tooLarge = opts.tooLarge ?? false;
     this.batchId = opts.batchId;
   }
 }
 
 export function isTooLarge(e: unknown): boolean {
-  return typeof e === 'object' && e !== null && (e as { tooLarge?: unknown }).tooLarge === true;
+  return e instanceof HypsinkError && e.tooLarge;
 }
