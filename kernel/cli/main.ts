@@ -2,8 +2,9 @@
  * The `hypsink` CLI (commander). `--config` is accepted before or after the
  * command. Exit codes: 0 ok, 1 failure, 2 bad input or config.
  */
-import { createReadStream } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import { resolve } from 'node:path';
+import type { Readable } from 'node:stream';
 import { SingleBar } from 'cli-progress';
 import { Command } from 'commander';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
@@ -11,7 +12,9 @@ import { loadConfig } from '../config/load.js';
 import { Daemon } from '../daemon.js';
 import { ingestNdjson, rejectedError } from '../ingest.js';
 import { createLogger, maskSecrets } from '../log.js';
+import { createMetrics, serveMetrics } from '../metrics.js';
 import { Hypsink } from '../runtime.js';
+import { runDemo } from './demo.js';
 import { writeStarter } from './init.js';
 import { exportTable, statusTable } from './render.js';
 
@@ -37,6 +40,20 @@ async function withKernel<T>(cmd: Command, fn: (k: Hypsink) => Promise<T>): Prom
     return await fn(k);
   } finally {
     await k.close();
+  }
+}
+
+/** An input file, opened before reading so a missing or unreadable one is bad input (exit 2), not a crash. */
+async function openInput(file: string): Promise<Readable> {
+  try {
+    const fh = await fsp.open(file, 'r');
+    if ((await fh.stat()).isDirectory()) {
+      await fh.close();
+      throw Object.assign(new Error('is a folder'), { code: 'EISDIR' });
+    }
+    return fh.createReadStream();
+  } catch (e) {
+    throw new HypsinkError('HYPSINK_ERR_INPUT', `cannot read input file ${resolve(file)} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   }
 }
 
@@ -72,7 +89,8 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--json', 'print the result as JSON')
     .action(async (dataset: string, o: { source: string; file: string; json?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
-        const input = o.file === '-' ? process.stdin : createReadStream(o.file);
+        k.cache.schema(dataset); // an unknown dataset fails before any input is opened
+        const input = o.file === '-' ? process.stdin : await openInput(o.file);
         const label = o.file === '-' ? '<stdin>' : resolve(o.file);
         const r = await ingestNdjson(k, dataset, o.source, input, label);
         if (o.json) io.out(JSON.stringify(r));
@@ -144,8 +162,11 @@ export function buildProgram(io: Out = stdio): Command {
     .command('run')
     .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM')
     .option('--config <file>', 'config file')
-    .action(async (_o: unknown, cmd: Command) => {
+    .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', (v) => Number(v))
+    .action(async (o: { metricsPort?: number }, cmd: Command) => {
       const k = await open(cmd);
+      const metrics = o.metricsPort === undefined ? null : await serveMetrics(createMetrics(k), o.metricsPort);
+      if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');
       const d = new Daemon(k, {
         onTick: (r) => k.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick'),
       });
@@ -154,6 +175,7 @@ export function buildProgram(io: Out = stdio): Command {
       await new Promise<void>((done) => {
         const stop = () => {
           k.log.info('draining');
+          metrics?.close();
           void d.stop().then(done);
         };
         process.once('SIGINT', stop);
@@ -187,6 +209,14 @@ export function buildProgram(io: Out = stdio): Command {
         const s = await k.status();
         io.out(o.json ? JSON.stringify(s) : statusTable(s));
       });
+    });
+
+  program
+    .command('demo')
+    .description('the main job: ingest a new batch of demo rows and export it (what npm start runs)')
+    .option('--config <file>', 'config file')
+    .action(async (_o: unknown, cmd: Command) => {
+      await withKernel(cmd, (k) => runDemo(k, io.out));
     });
 
   program
