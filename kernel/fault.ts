@@ -32,14 +32,22 @@ export const FAULT_POINTS = {
 
 export type FaultPoint = keyof typeof FAULT_POINTS;
 
-const selected = process.env.HYPSINK_FAULT;
-const crashAt = Number(process.env.HYPSINK_FAULT_AT ?? '1');
 let hits = 0;
+let armedFor: string | undefined;
 
-/** Crash here if this point is selected. Costs one comparison otherwise. */
+/**
+ * Crash here if this point is selected. The environment is read at each call
+ * (points sit at durable boundaries, never in per-row loops), so a long-lived
+ * worker — the seeded simulation's — can arm a point between operations.
+ */
 export function fault(point: FaultPoint): void {
+  const selected = process.env.HYPSINK_FAULT;
   if (selected !== point) return;
+  if (armedFor !== selected) {
+    armedFor = selected;
+    hits = 0;
+  }
   hits += 1;
-  if (hits < crashAt) return;
+  if (hits < Number(process.env.HYPSINK_FAULT_AT ?? '1')) return;
   process.kill(process.pid, 'SIGKILL');
 }
