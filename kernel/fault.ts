@@ -51,3 +51,9 @@ export function fault(point: FaultPoint): void {
   if (hits < Number(process.env.HYPSINK_FAULT_AT ?? '1')) return;
   process.kill(process.pid, 'SIGKILL');
 }
+
+/** Forget hits counted so far (a worker re-arming the same point). */
+export function resetFaultHits(): void {
+  hits = 0;
+  armedFor = undefined;
+}
