@@ -26,6 +26,9 @@ import { SinkDriver, type PartitionReport, type TickReport } from './sinks/drive
 import type { SinkRuntime } from './sinks/exporter.js';
 import { WatermarkStore } from './sinks/watermarks.js';
 
+/** "an encoder", "a sink". */
+const a = (kind: string) => `${kind === 'encoder' ? 'an' : 'a'} ${kind}`;
+
 /** Blob units default to large files; request sinks say their own bounds. */
 const BLOB_LIMITS = { maxRows: 1_000_000, maxBytes: 256 * 1024 * 1024 };
 
@@ -94,9 +97,9 @@ export class Hypsink {
           want === 'destination' && kind === 'sink'
             ? `; a request sink is configured with "plugin": "${spec}", without "writer"`
             : want === 'sink' && kind !== undefined
-              ? `; a ${kind} belongs in a blob sink ("writer" + "destination")`
+              ? `; ${a(kind)} belongs in a blob sink ("writer" + "destination")`
               : '';
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: "${spec}" is ${kind ? `a ${kind}` : 'not registered by its plugin'}, not a${want === 'encoder' ? 'n' : ''} ${want}${hint}`);
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: "${spec}" is ${kind ? a(kind) : 'not registered by its plugin'}, not ${a(want)}${hint}`);
       }
     };
     const stateDir = this.sinkStateDir(name);
@@ -115,7 +118,7 @@ export class Hypsink {
       if (isBlobSink(sc)) {
         await need('writer', sc.writer, 'encoder');
         await need('destination', sc.destination, 'destination');
-        const encoder = host.registry.encoders.get(sc.writer)!.create(sc.config, build);
+        const encoder = host.registry.encoders.get(sc.writer)!.create(sc.writerConfig, build);
         const destination = host.registry.destinations.get(sc.destination)!.create(sc.config, build);
         shipper = blobShipper(encoder, destination, BLOB_LIMITS);
       } else {

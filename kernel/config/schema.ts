@@ -67,7 +67,13 @@ const sinkCommon = {
     .default({}),
 };
 
-export const blobSink = z.object({ writer: z.string().min(1), destination: z.string().min(1), ...sinkCommon });
+export const blobSink = z.object({
+  writer: z.string().min(1),
+  destination: z.string().min(1),
+  /** Options of the writer (encoder); `config` belongs to the destination. */
+  writerConfig: z.record(z.string(), z.unknown()).default({}),
+  ...sinkCommon,
+});
 export const requestSink = z.object({ plugin: z.string().min(1), ...sinkCommon });
 
 export const configSchema = z.object({

@@ -50,6 +50,8 @@ function asHypsinkError(e: unknown, sink: string): HypsinkError {
 export class SinkDriver {
   private readonly outbox = new Map<string, OutboxEntry>();
   private readonly locks = new Map<string, ProcessLock>();
+  /** Sinks whose credentials were rejected: the daemon skips them until restart. */
+  private readonly stopped = new Set<string>();
 
   constructor(
     private readonly env: ExportEnv,
@@ -96,7 +98,9 @@ export class SinkDriver {
   private async one(sink: SinkRuntime, p: PartitionRef, respectBackoff: boolean): Promise<PartitionReport> {
     const key = `${sink.name}\0${p.key}`;
     const entry = this.outbox.get(key);
-    if (respectBackoff && entry && entry.nextAt > Date.now()) return { ...zero(), partition: p, error: null, deferred: true };
+    if (respectBackoff && (this.stopped.has(sink.name) || (entry && entry.nextAt > Date.now()))) {
+      return { ...zero(), partition: p, error: null, deferred: true };
+    }
     try {
       const out = await exportPartition(this.env, sink, p);
       this.outbox.delete(key);
@@ -106,13 +110,20 @@ export class SinkDriver {
       return { ...out, partition: p, error: null, deferred: false };
     } catch (e) {
       const err = asHypsinkError(e, sink.name);
-      // Auth and invariant failures will not pass on their own: keep them visible, retry slowly.
       const attempts = (entry?.attempts ?? 0) + 1;
-      const delay = Math.min(this.opts.outboxMaxMs, this.opts.outboxBaseMs * 2 ** (attempts - 1));
+      // Back off exponentially, but never sooner than the destination asked (Retry-After).
+      const backoff = Math.min(this.opts.outboxMaxMs, this.opts.outboxBaseMs * 2 ** (attempts - 1));
+      const delay = Math.max(backoff, err.retryAfterMs ?? 0);
       this.outbox.set(key, { attempts, nextAt: Date.now() + delay });
+      // Rejected credentials will not pass on their own: the daemon stops the sink until restarted.
+      const stop = err.code === 'HYPSINK_ERR_AUTH';
+      if (stop) this.stopped.add(sink.name);
       await this.recordError(sink, p, err);
-      this.env.log.error({ sink: sink.name, dataset: p.dataset, source: p.source, code: err.code, attempts }, err.message);
-      await this.env.hooks.partitionFailed.promise({ sink: sink.name, partition: p, error: err, willRetry: true });
+      this.env.log.error(
+        { sink: sink.name, dataset: p.dataset, source: p.source, code: err.code, attempts, retryInMs: stop ? null : delay },
+        stop ? `${err.message}; sink stopped until restart` : err.message,
+      );
+      await this.env.hooks.partitionFailed.promise({ sink: sink.name, partition: p, error: err, willRetry: !stop });
       return { ...zero(), partition: p, error: err, deferred: false };
     }
   }
