@@ -8,7 +8,7 @@ import { HypsinkError } from '../../types/errors.js';
 import { type DatasetSchema, PARTITION_COLUMN } from '../../types/schema.js';
 import type { PartitionRef, TableRef } from '../../types/storage.js';
 import { fault } from '../fault.js';
-import { fsyncDir } from '../io/durable.js';
+import { fsyncDir, readJsonFile } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
 import { SeqAllocator } from './allocator.js';
@@ -129,14 +129,22 @@ export class Cache {
     for (const ds of await readdirOrEmpty(root)) {
       for (const p of await readdirOrEmpty(join(root, ds))) {
         if (!p.startsWith('source=')) continue;
-        let meta: { dataset: string; source: string };
-        try {
-          meta = JSON.parse(await fsp.readFile(join(root, ds, p, 'partition.json'), 'utf8'));
-        } catch {
-          continue; // created by a crashed writer before partition.json: holds no committed rows
+        const file = join(root, ds, p, 'partition.json');
+        const meta = await readJsonFile<{ dataset: string; source: string }>(
+          file,
+          (v) => {
+            const m = v as { dataset?: unknown; source?: unknown } | null;
+            return m && typeof m.dataset === 'string' && typeof m.source === 'string' ? null : 'expected {"dataset":"…","source":"…"}';
+          },
+          'partition file',
+        );
+        if (!meta) continue; // created by a crashed writer before partition.json: holds no committed rows
+        const ref = partitionRef(meta.dataset, meta.source);
+        if (ref.path !== `datasets/${ds}/${p}`) {
+          throw new HypsinkError('HYPSINK_ERR_CORRUPT', `partition file ${file} names the partition at ${ref.path}, not this one`);
         }
         if (dataset !== undefined && meta.dataset !== dataset) continue;
-        out.push(partitionRef(meta.dataset, meta.source));
+        out.push(ref);
       }
     }
     return out.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));

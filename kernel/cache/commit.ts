@@ -74,9 +74,19 @@ export async function writeDataFile(
   const rowGroups = seqStats(table, rowGroupRows);
   const minSeq = rowGroups[0]?.minSeq ?? null;
   const maxSeq = rowGroups[rowGroups.length - 1]?.maxSeq ?? null;
-  const name = `data-${minSeq ?? 'legacy'}-${maxSeq ?? 'legacy'}.parquet`;
   const bytes = encodeParquet(table, rowGroupRows);
-  await writeNewFileDurable(`${generationDir(store.dir, generation)}/${name}`, bytes);
+  // Seq ranges make names unique, except legacy (null seq) rows: several files may be all-legacy.
+  const base = `data-${minSeq ?? 'legacy'}-${maxSeq ?? 'legacy'}`;
+  let name = `${base}.parquet`;
+  for (let k = 1; ; k++) {
+    try {
+      await writeNewFileDurable(`${generationDir(store.dir, generation)}/${name}`, bytes);
+      break;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST' || k > 1000) throw e;
+      name = `${base}-${k}.parquet`;
+    }
+  }
   return { name, rows: table.numRows, bytes: bytes.byteLength, minSeq, maxSeq, rowGroups, ...tsRange(table, schema), committedAt };
 }
 

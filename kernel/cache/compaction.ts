@@ -51,7 +51,7 @@ export async function compactPartition(
     pendingRows = 0;
   };
   for (const f of manifest.files) {
-    const reader = await ParquetReader.open(`${gdir}/${f.name}`, scratchCounters());
+    const reader = await ParquetReader.open(`${gdir}/${f.name}`, scratchCounters(), f);
     try {
       for (let g = 0; g < reader.numRowGroups; g++) {
         for (const raw of await reader.readRowGroup(g)) {

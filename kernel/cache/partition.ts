@@ -76,7 +76,15 @@ export class PartitionStore {
       }
       const dir = generationDir(this.dir, cur.generation);
       const release = await takeLease(dir);
-      if (!release) continue; // swapped and retired under us: read the new cursor
+      if (!release) {
+        // Swapped and retired under us: read the new cursor. A cursor that still names
+        // it is damage (generations are retired only after the cursor moved past them).
+        if ((await this.readCursor())?.generation !== cur.generation) continue;
+        throw new HypsinkError(
+          'HYPSINK_ERR_CORRUPT',
+          `partition ${this.dir}: cursor.json names generation ${cur.generation}, but ${dir} is missing or retired`,
+        );
+      }
       try {
         return { generation: cur.generation, dir, manifest: await readManifest(join(dir, 'manifest.json')), release };
       } catch (e) {

@@ -9,6 +9,7 @@ import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema, Row } from '../../types/schema.js';
 import type {
   BatchWithAfter,
+  Continuation,
   PartitionRef,
   PartitionStats,
   ReadCounters,
@@ -18,6 +19,7 @@ import type {
   StorageService,
   TableRef,
 } from '../../types/storage.js';
+import { isDecimalSeq } from '../io/durable.js';
 import { arrowType, buildColumn, SEQ_COLUMN, toRowValue } from './columns.js';
 import { effSeq, type FileEntry, manifestHighWater, manifestRows } from './manifest.js';
 import { ParquetReader } from './parquet.js';
@@ -32,11 +34,19 @@ export interface ReaderHost {
 
 const NO_SINCE = -1n;
 
+/** A continuation this reader understands (v1, decimal seq), else an input error: never a guess. */
+function seqOf(c: Continuation, what: string): bigint {
+  if (c?.v !== 1 || !isDecimalSeq(c.seq)) {
+    throw new HypsinkError('HYPSINK_ERR_INPUT', `${what}: ${JSON.stringify(c)} is not a v1 continuation {"v":1,"seq":"<decimal>"}`);
+  }
+  return BigInt(c.seq);
+}
+
 function bounds(opts: ReadSinceOptions | undefined, snap: Snapshot): { lo: bigint; hi: bigint } | null {
   const hw = manifestHighWater(snap.manifest);
   if (hw === null) return null;
-  const lo = opts?.since ? BigInt(opts.since.seq) : NO_SINCE;
-  const hi = opts?.until ? BigInt(opts.until.seq) : BigInt(hw);
+  const lo = opts?.since ? seqOf(opts.since, 'since') : NO_SINCE;
+  const hi = opts?.until ? seqOf(opts.until, 'until') : BigInt(hw);
   return lo < hi || (lo === NO_SINCE && hi >= 0n) ? { lo, hi } : null;
 }
 

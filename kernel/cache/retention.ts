@@ -46,7 +46,7 @@ interface FileCols {
 }
 
 async function readCols(dir: string, f: FileEntry, schema: DatasetSchema): Promise<FileCols> {
-  const reader = await ParquetReader.open(`${dir}/${f.name}`, scratchCounters());
+  const reader = await ParquetReader.open(`${dir}/${f.name}`, scratchCounters(), f);
   const cols = [SEQ_COLUMN, ...(schema.timestampColumn ? [schema.timestampColumn] : [])];
   const out: FileCols = { seqs: [], ts: [] };
   try {
@@ -164,7 +164,7 @@ async function rewriteFile(
   schema: DatasetSchema,
   rowGroupRows: number,
 ): Promise<FileEntry> {
-  const reader = await ParquetReader.open(`${gdir}/${f.name}`, scratchCounters());
+  const reader = await ParquetReader.open(`${gdir}/${f.name}`, scratchCounters(), f);
   const kept: RecordBatch[] = [];
   let offset = 0;
   try {

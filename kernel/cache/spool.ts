@@ -11,7 +11,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { HypsinkError } from '../../types/errors.js';
 import { fault } from '../fault.js';
-import { fsyncDir, readJsonFile, writeJsonAtomic } from '../io/durable.js';
+import { fsyncDir, readJsonFile, syncFile, writeJsonAtomic } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
 import { encodeSegment } from './segments.js';
 
@@ -62,7 +62,7 @@ export class Spool {
       const fh = await fsp.open(this.currentPath, 'a');
       try {
         await fh.write(line);
-        await fh.sync();
+        await syncFile(fh);
       } finally {
         await fh.close();
       }
@@ -144,24 +144,30 @@ async function cutTornTail(path: string): Promise<number> {
       const nl = buf.lastIndexOf(0x0a);
       if (nl >= 0) {
         await fh.truncate(start + nl + 1);
-        await fh.sync();
+        await syncFile(fh);
         return start + nl + 1;
       }
       end = start;
     }
     await fh.truncate(0);
-    await fh.sync();
+    await syncFile(fh);
     return 0;
   } finally {
     await fh.close();
   }
 }
 
-/** Parse a sealed segment. A torn tail is ignored (never acknowledged); damage in the middle is an error. */
+/**
+ * Parse a sealed segment. Sealing cuts a torn tail first, so a sealed segment ends
+ * with a complete frame: any damage, a cut-short end included, is an error.
+ */
 export async function readSegment(path: string): Promise<Frame[]> {
   const text = await fsp.readFile(path, 'utf8');
+  if (text.length > 0 && !text.endsWith('\n')) {
+    throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} is cut short (its last frame has no end)`);
+  }
   const lines = text.split('\n');
-  const complete = lines.length - 1; // the last piece is '' or a torn, never-acknowledged frame
+  const complete = lines.length - 1; // the last piece is '' 
   const frames: Frame[] = [];
   for (let i = 0; i < complete; i++) {
     const line = lines[i]!;
@@ -172,7 +178,12 @@ export async function readSegment(path: string): Promise<Frame[]> {
     } catch (e) {
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1} is not valid JSON (${(e as Error).message})`);
     }
-    if (f?.v !== 1 || !Array.isArray(f.cols) || !Array.isArray(f.rows)) {
+    if (
+      f?.v !== 1 ||
+      !Array.isArray(f.cols) ||
+      !Array.isArray(f.rows) ||
+      !f.rows.every((r) => Array.isArray(r) && typeof r[0] === 'string' && r.length === f.cols.length + 1)
+    ) {
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1} is not a spool frame`);
     }
     frames.push(f);

@@ -7,8 +7,21 @@ import { dirname } from 'node:path';
 import writeFileAtomic from 'write-file-atomic';
 import { HypsinkError } from '../../types/errors.js';
 
+/**
+ * HYPSINK_UNSAFE_NO_FSYNC=1 skips every fsync. For tests that only kill
+ * processes (the page cache outlives a killed process, not a power cut); never
+ * for data anyone needs.
+ */
+export const FSYNC = process.env.HYPSINK_UNSAFE_NO_FSYNC !== '1';
+
+/** fsync an open file (unless disabled for tests). */
+export async function syncFile(fh: fsp.FileHandle): Promise<void> {
+  if (FSYNC) await fh.sync();
+}
+
 /** fsync a directory so a rename or create in it survives a power cut. */
 export async function fsyncDir(dir: string): Promise<void> {
+  if (!FSYNC) return;
   let fh: fsp.FileHandle | undefined;
   try {
     fh = await fsp.open(dir, constants.O_RDONLY);
@@ -23,7 +36,7 @@ export async function fsyncDir(dir: string): Promise<void> {
 
 /** Replace a JSON state file atomically (temp, fsync, rename, fsync dir). */
 export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
-  await writeFileAtomic(path, JSON.stringify(value, null, 1) + '\n', { fsync: true });
+  await writeFileAtomic(path, JSON.stringify(value, null, 1) + '\n', { fsync: FSYNC });
   await fsyncDir(dirname(path));
 }
 
@@ -61,7 +74,7 @@ export async function writeNewFileDurable(path: string, data: Uint8Array | strin
   const fh = await fsp.open(path, 'wx');
   try {
     await fh.writeFile(data);
-    await fh.sync();
+    await syncFile(fh);
   } finally {
     await fh.close();
   }

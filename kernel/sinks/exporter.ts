@@ -105,9 +105,13 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
         }
         break;
       }
-      if (out.units === 0 && waitForMore(sink.policy, facts.plan.rows, facts.plan.oldestCommittedAt)) {
-        out.waiting = true;
-        break;
+      if (out.units === 0 && facts.plan.rows < sink.policy.minRows) {
+        // The plan is cut at the unit bounds: count every pending row before holding them back.
+        const pending = await env.cache.storage.countRowsSince(p, { since: base.continuation });
+        if (waitForMore(sink.policy, pending, facts.plan.oldestCommittedAt)) {
+          out.waiting = true;
+          break;
+        }
       }
       const until = cont(facts.plan.until);
       open = { since: base.continuation?.seq ?? null, until: until.seq, unit: sink.shipper.unitId(p, base.continuation, until) };
@@ -202,6 +206,9 @@ async function shipUnit(
   }
   const storage = env.cache.storage;
   const store = env.cache.store(p);
+  // Every row of the unit was pruned since it was planned: nothing to ship (no empty blob);
+  // the advance counts them as a gap.
+  if ((await storage.countRowsSince(p, { since, until })) === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [] };
   // Seqs of the last complete read of the unit, as runs of consecutive seqs: tells delivered
   // rows from rows pruned meanwhile without holding a seq per row.
   let seen: [bigint, bigint][] = [];

@@ -10,7 +10,16 @@ export const EVENTS: DatasetSchema = {
   timestampColumn: 'ts',
 };
 
+/** EVENTS with one nullable column added later (schema evolution). */
+export const EVENTS_V2: DatasetSchema = {
+  columns: [...EVENTS.columns, { name: 'level', type: 'STRING', nullable: true }],
+  timestampColumn: 'ts',
+};
+
 export const COLS = ['source', 'id', 'ts', 'msg'];
+
+/** The cache options a test or a child worker may set (root and datasets are fixed by the caller). */
+export type WorkerCacheOptions = Partial<Omit<CacheOptions, 'root' | 'datasets'>>;
 
 /** Rows [source, id, ts, msg] with ids from `from`, ts at 1 s steps from `t0`. */
 export function rows(source: string, from: number, n: number, t0 = Date.parse('2026-01-01T00:00:00Z')): unknown[][] {
