@@ -229,6 +229,7 @@ export class Hypsink {
             source: p.source,
             watermark: since?.seq ?? null,
             highWater: stats.highWater,
+            committedRows: stats.committedRows,
             pendingRows,
             exportedRows: rec.exportedRowCount,
             intent: rec.intent,
@@ -262,6 +263,8 @@ export interface PartitionStatus {
   source: string;
   watermark: string | null;
   highWater: string | null;
+  /** Rows ever committed to the partition: exported + gap + pending, for every sink. */
+  committedRows: number;
   pendingRows: number;
   exportedRows: number;
   intent: { since: string | null; until: string; unit: string } | null;

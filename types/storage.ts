@@ -70,6 +70,8 @@ export interface PartitionStats {
   readonly highWater: string | null;
   /** Highest seq removed by retention, or null if nothing was pruned. */
   readonly prunedThroughSeq: string | null;
+  /** Rows ever committed (exact duplicates folded by compaction excluded). */
+  readonly committedRows: number;
 }
 
 export interface StorageService {

@@ -15,7 +15,7 @@ import { SEQ_COLUMN } from './columns.js';
 import { decorate } from './decorate.js';
 import { generationDir } from './generations.js';
 import type { FileEntry, RowGroupStats } from './manifest.js';
-import { writeManifest } from './manifest.js';
+import { manifestRows, writeManifest } from './manifest.js';
 import { encodeParquet } from './parquet.js';
 import type { PartitionStore } from './partition.js';
 
@@ -108,6 +108,7 @@ export async function commitRows(
   const entry = await writeDataFile(store, generation, table, input.schema, rowGroupRows);
   fault('flush.afterDataFile');
   manifest.files.push(entry);
+  manifest.committedRows = (manifest.committedRows ?? manifestRows(manifest) - entry.rows) + entry.rows;
   manifest.spools[input.marker.spool] = input.marker.segment;
   await writeManifest(store.manifestPath(generation), manifest);
   fault('flush.afterManifest');

@@ -77,6 +77,8 @@ export async function compactPartition(
   }
   await emit();
   next.files = out;
+  // Folded duplicates were never distinct rows: no sink owes them.
+  next.committedRows = (next.committedRows ?? 0) - (manifestRows(manifest) - manifestRows(next));
   await writeManifest(store.manifestPath(to), next);
   await store.swapTo(to, 'compact');
   return { partition: store.ref, generation: to, rowsBefore: manifestRows(manifest), rowsAfter: manifestRows(next) };

@@ -41,6 +41,11 @@ export interface Manifest {
   prunedThroughSeq: string | null;
   /** Inclusive seq ranges removed before every sink exported them (hard cap): gap accounting. */
   forcedPrunes: [string, string][];
+  /**
+   * Rows ever committed to the partition, minus duplicates compaction folded:
+   * for every sink, exported rows + its gap rows + rows still pending = this.
+   */
+  committedRows?: number;
 }
 
 export interface Cursor {
@@ -65,6 +70,9 @@ export function checkManifest(m: unknown): string | null {
   if (!x || x.v !== 1 || !Number.isInteger(x.generation) || !Array.isArray(x.files)) return 'not a v1 manifest';
   if (typeof x.spools !== 'object' || x.spools === null) return 'spools missing';
   if (!seqOrNull(x.prunedThroughSeq) || !Array.isArray(x.forcedPrunes)) return 'retention fields missing';
+  if (x.committedRows !== undefined && (!Number.isInteger(x.committedRows) || x.committedRows < manifestRows(x))) {
+    return `committedRows ${x.committedRows} is below the ${manifestRows(x)} rows present`;
+  }
   let prevMax = -1n;
   for (const f of x.files) {
     if (typeof f.name !== 'string' || !/^[A-Za-z0-9._-]+\.parquet$/.test(f.name)) return `bad file name ${f.name}`;

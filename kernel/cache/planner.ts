@@ -60,7 +60,7 @@ export async function planUnit(
         }
         if (room <= 0) return { plan: done(until, rows, bytes, oldest), forcedAbove };
         // A bound cuts this row group: find the exact seq from its seq column.
-        const reader = await ParquetReader.open(`${snap.dir}/${f.name}`, counters);
+        const reader = await ParquetReader.open(`${snap.dir}/${f.name}`, counters, f);
         try {
           const seqs: bigint[] = [];
           for (const b of await reader.readRowGroup(g, [SEQ_COLUMN])) {

@@ -90,6 +90,7 @@ export class CacheStorage implements StorageService {
         files: snap.manifest.files.length,
         highWater: manifestHighWater(snap.manifest),
         prunedThroughSeq: snap.manifest.prunedThroughSeq,
+        committedRows: snap.manifest.committedRows ?? manifestRows(snap.manifest),
       };
     } finally {
       await snap.release();

@@ -11,7 +11,7 @@ import { type Field, makeData, RecordBatch, type Schema, Struct, type Data } fro
 import type { ColumnSpec } from '../../types/schema.js';
 import { buildColumn, buildUtf8, cacheSchema, SEQ_COLUMN } from './columns.js';
 import { generationDir } from './generations.js';
-import type { Manifest } from './manifest.js';
+import { type Manifest, manifestRows } from './manifest.js';
 import type { PartitionStore } from './partition.js';
 
 export async function startGeneration(store: PartitionStore, generation: number): Promise<string> {
@@ -33,6 +33,7 @@ export function nextManifest(old: Manifest, generation: number): Manifest {
     spools: { ...old.spools },
     prunedThroughSeq: old.prunedThroughSeq,
     forcedPrunes: [...old.forcedPrunes],
+    committedRows: old.committedRows ?? manifestRows(old),
   };
 }
 

@@ -34,7 +34,8 @@ export function interpolate(value: unknown, where: string, env: NodeJS.ProcessEn
   }
   if (Array.isArray(value)) return value.map((v, i) => interpolate(v, `${where}[${i}]`, env));
   if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, `${where}.${k}`, env)]));
+    // "//" keys are comments (`hypsink init` writes them, and they may mention ${NAME}): not interpolated.
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, k === '//' ? v : interpolate(v, `${where}.${k}`, env)]));
   }
   return value;
 }

@@ -126,7 +126,7 @@ describe('incremental reads over 10 files of 250 rows (row groups of 100)', () =
     assert.equal(await cache.storage.countRowsSince(web, { since: continuation(hw) }), 0);
     assert.deepEqual(delta(cache, c0), { filesOpened: 0, rowGroupsRead: 0, bytesRead: 0 });
     const stats = await cache.storage.stats(web);
-    assert.deepEqual(stats, { rows: 2500, files: 10, highWater: hw.toString(), prunedThroughSeq: null });
+    assert.deepEqual(stats, { rows: 2500, files: 10, highWater: hw.toString(), prunedThroughSeq: null, committedRows: 2500 });
   });
 
   test('N new rows open only the files holding them', async () => {
@@ -209,7 +209,7 @@ describe('incremental reads over 10 files of 250 rows (row groups of 100)', () =
     const none = cache.partition('events', 'never-written');
     assert.deepEqual(await collect(cache.storage.readRowsSince(none)), []);
     assert.equal(await cache.storage.countRowsSince(none), 0);
-    assert.deepEqual(await cache.storage.stats(none), { rows: 0, files: 0, highWater: null, prunedThroughSeq: null });
+    assert.deepEqual(await cache.storage.stats(none), { rows: 0, files: 0, highWater: null, prunedThroughSeq: null, committedRows: 0 });
     assert.deepEqual(
       (await cache.storage.listPartitions('events')).map((p) => p.source),
       ['app', 'web'],
