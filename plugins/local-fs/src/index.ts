@@ -72,14 +72,16 @@ class LocalFsDestination implements BlobDestination {
 
   async putIfAbsent(key: string, body: BlobBody, opts: { signal: AbortSignal }): Promise<PutResult> {
     const final = this.target(key);
+    // Sweep first: a writer that died after linking left its temp behind, and the retry of
+    // that unit finds the key and returns early, so a later sweep might never come.
+    this.swept ??= sweepTemps(this.tmpDir);
+    await this.swept;
     try {
       const st = await fsp.stat(final);
       return { created: false, bytes: st.size };
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw this.fsError(e, final);
     }
-    this.swept ??= sweepTemps(this.tmpDir);
-    await this.swept;
     await fsp.mkdir(this.tmpDir, { recursive: true });
     await fsp.mkdir(dirname(final), { recursive: true });
     const temp = join(this.tmpDir, `${process.pid}-${randomBytes(6).toString('hex')}.part`);
