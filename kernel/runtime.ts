@@ -137,7 +137,7 @@ export class Hypsink {
       watermarks: new WatermarkStore(stateDir),
       policy: {
         minRows: sc.minRows,
-        maxDelayMs: parseDuration(sc.maxDelay) ?? 0,
+        maxDelayMs: sc.maxDelay !== undefined ? (parseDuration(sc.maxDelay) ?? 0) : sc.minRows > 1 ? 3_600_000 : 0,
         limits: {
           maxRows: sc.unit.maxRows ?? shipper.limits.maxRows,
           maxBytes: sc.unit.maxBytes ?? shipper.limits.maxBytes,

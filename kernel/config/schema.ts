@@ -60,8 +60,11 @@ const sinkCommon = {
   config: z.record(z.string(), z.unknown()).default({}),
   /** Small-file policy: wait until this many rows are pending… */
   minRows: z.number().int().positive().default(1),
-  /** …or the oldest pending row has waited this long. */
-  maxDelay: duration.default(0),
+  /**
+   * …or the oldest pending row has waited this long. Default 0 (export every
+   * tick); 1h when only `minRows` is given, so a quiet source still ships.
+   */
+  maxDelay: duration.optional(),
   unit: z
     .looseObject({ maxRows: z.number().int().positive().optional(), maxBytes: z.number().int().positive().optional() })
     .default({}),

@@ -208,7 +208,8 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
         unit: { maxRows: unitRows },
         config: {
           url: world.receiverProxy.endpoint,
-          token: '${SIM_TOKEN}',
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: the config's ${ENV} syntax, interpolated by the kernel
+          token: "${SIM_TOKEN}",
           ladderMs: [10, 20],
           maxInlineWaitMs: 60,
           timeoutMs: 5_000,
