@@ -63,8 +63,11 @@ export class Daemon {
     this.stopped = true;
     for (const j of this.jobs) j.stop();
     const drain = Promise.all([...this.running]);
+    // Parked waits (backpressure) are aborted at once; running units finish or abandon cleanly.
     const abortSoon = setTimeout(() => void this.k.close(), 100);
-    await Promise.race([drain, new Promise((r) => setTimeout(r, this.opts.drainMs ?? 30_000))]);
+    let deadline: NodeJS.Timeout | undefined;
+    await Promise.race([drain, new Promise((r) => (deadline = setTimeout(r, this.opts.drainMs ?? 30_000)))]);
+    clearTimeout(deadline);
     clearTimeout(abortSoon);
     await this.k.close();
   }

@@ -10,6 +10,7 @@ import pLimit from 'p-limit';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { ProcessLock } from '../io/lock.js';
+import { KeyedMutex } from '../mutex.js';
 import { type ExportEnv, exportPartition, type PartitionOutcome, type SinkRuntime } from './exporter.js';
 
 export interface DriverOptions {
@@ -50,6 +51,7 @@ function asHypsinkError(e: unknown, sink: string): HypsinkError {
 export class SinkDriver {
   private readonly outbox = new Map<string, OutboxEntry>();
   private readonly locks = new Map<string, ProcessLock>();
+  private readonly ticks = new KeyedMutex();
   /** Sinks whose credentials were rejected: the daemon skips them until restart. */
   private readonly stopped = new Set<string>();
 
@@ -73,7 +75,9 @@ export class SinkDriver {
    */
   async tick(sink: SinkRuntime, respectBackoff: boolean, onPartition?: (r: PartitionReport) => void): Promise<TickReport> {
     await fsp.mkdir(sink.watermarks.stateDir, { recursive: true });
-    return this.lock(sink).with('export', async () => {
+    // The cross-process lock is shared within a process, so ticks of one sink in this
+    // process (the daemon's first tick and a cron fire) are kept apart here.
+    return this.ticks.run(sink.name, () => this.lock(sink).with('export', async () => {
       const startedAt = new Date();
       await this.env.hooks.tickStart.promise({ sink: sink.name, startedAt });
       const partitions: PartitionRef[] = [];
@@ -92,7 +96,7 @@ export class SinkDriver {
       };
       await this.env.hooks.tickEnd.promise({ sink: sink.name, startedAt, rows: report.rows, bytes: report.bytes, units: report.units, failed: report.failed });
       return report;
-    });
+    }));
   }
 
   private async one(sink: SinkRuntime, p: PartitionRef, respectBackoff: boolean): Promise<PartitionReport> {

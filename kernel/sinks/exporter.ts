@@ -126,8 +126,9 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
       if ((e as { tooLarge?: boolean }).tooLarge && !halved) {
         // The destination refused the size and stored nothing under this id: re-plan half as big, once.
         halved = true;
-        const span = Number(BigInt(open.until) - seqOf(rec.continuation));
-        limits = { ...limits, maxRows: Math.max(1, Math.floor(Math.min(limits.maxRows, span) / 2)) };
+        const since = open.since === null ? null : cont(open.since);
+        const rows = await env.cache.storage.countRowsSince(p, { since, until: cont(open.until) });
+        limits = { maxRows: Math.max(1, Math.floor(rows / 2)), maxBytes: Math.max(1, Math.floor(limits.maxBytes / 2)) };
         await write({ ...rec, intent: null });
         open = null;
         continue;

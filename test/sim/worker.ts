@@ -21,6 +21,7 @@ export type WorkerOp =
   | { op: 'export'; sink: string }
   | { op: 'retention'; maxRows?: number; hardMaxRows?: number }
   | { op: 'compact' }
+  | { op: 'flush' }
   | { op: 'status' };
 
 let k: Hypsink | undefined;
@@ -59,6 +60,9 @@ async function run(m: WorkerOp): Promise<unknown> {
     }
     case 'compact':
       await k!.cache.compact();
+      return { ok: true };
+    case 'flush':
+      await k!.flush();
       return { ok: true };
     case 'status':
       return { ok: true, status: await k!.status() };

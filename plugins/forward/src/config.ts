@@ -40,7 +40,12 @@ export const ForwardConfigSchema = z
       .optional(),
     /** Cut a unit at this many rows. */
     maxRows: positiveInt.default(5000),
-    /** Cut a unit near this many bytes of NDJSON. */
+    /**
+     * Cut a unit near this many bytes as the kernel estimates them: from the cache's
+     * Parquet file sizes, not from the NDJSON body. For files of many rows the body
+     * is larger (about 2× for typical activity rows, more for repetitive ones), so
+     * keep this well under the receiver's body limit (16 MiB for the reference one).
+     */
     maxBytes: positiveInt.default(4 * MiB),
     /** One POST, body and answer included; a timeout is retried like a network error. */
     timeoutMs: positiveInt.default(30_000),
