@@ -6,7 +6,7 @@
 import { Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
-import { HypsinkError, type PluginContext } from '../../../types/index.js';
+import { parseSinkConfig, type PluginContext } from '../../../types/index.js';
 import type { BlobBody, Encoder, Unit } from '../../../types/index.js';
 
 const configSchema = z.object({
@@ -45,12 +45,8 @@ export default function activate(ctx: PluginContext): void {
   ctx.registerEncoder({
     name: ctx.manifest.name,
     create(config, build): Encoder {
-      const r = configSchema.safeParse(config);
-      if (!r.success) {
-        const why = r.error.issues.map((i) => `config.${i.path.join('.')}: ${i.message}`).join('; ');
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${build.sink}": ${why}`);
-      }
-      const { compression, rowGroupRows } = r.data;
+      // The writer's options live in the sink's `writerConfig`; `config` is the destination's.
+      const { compression, rowGroupRows } = parseSinkConfig(configSchema, config, build.sink, 'writerConfig');
       return {
         extension: 'parquet',
         contentType: 'application/vnd.apache.parquet',

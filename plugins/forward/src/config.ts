@@ -5,7 +5,7 @@
  * No message ever quotes a value (the token is one of them).
  */
 import { z } from 'zod';
-import { HypsinkError } from '../../../types/index.js';
+import { parseSinkConfig } from '../../../types/index.js';
 
 export const MiB = 1024 * 1024;
 
@@ -66,29 +66,9 @@ export const ForwardConfigSchema = z
 export type ForwardConfig = z.infer<typeof ForwardConfigSchema>;
 export type RetryBudget = ForwardConfig['retry'];
 
-function fieldPath(path: readonly PropertyKey[]): string {
-  return ['config', ...path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p)))].join('.').replace(/\.\[/g, '[');
-}
-
 /** Validates and normalizes; throws HYPSINK_ERR_CONFIG naming the sink and every bad field. */
 export function parseForwardConfig(raw: unknown, sink: string): ForwardConfig {
-  const parsed = ForwardConfigSchema.safeParse(raw ?? {});
-  if (!parsed.success) {
-    const problems: string[] = [];
-    const seen = new Set<string>();
-    for (const issue of parsed.error.issues) {
-      if (issue.code === 'unrecognized_keys') {
-        for (const k of issue.keys) problems.push(`${fieldPath([...issue.path, k])}: unknown field`);
-        continue;
-      }
-      // One problem per field: the first is the one to fix.
-      const field = fieldPath(issue.path);
-      if (seen.has(field)) continue;
-      seen.add(field);
-      problems.push(`${field}: ${issue.message}`);
-    }
-    throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${sink}": ${problems.join('; ')}`);
-  }
+  const data = parseSinkConfig(ForwardConfigSchema, raw, sink);
   // One base without a trailing slash, so `${url}/v1/ingest/…` never doubles it.
-  return { ...parsed.data, url: parsed.data.url.replace(/\/+$/, '') };
+  return { ...data, url: data.url.replace(/\/+$/, '') };
 }

@@ -9,9 +9,9 @@ import { randomBytes } from 'node:crypto';
 import { constants, promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { z } from 'zod';
-import { type BlobBody, type BlobDestination, HypsinkError, type PluginContext, type PutResult, type SinkBuildContext } from '../../../types/index.js';
+import { type BlobBody, type BlobDestination, HypsinkError, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from '../../../types/index.js';
 
-const configSchema = z.object({ dir: z.string().min(1) });
+const configSchema = z.object({ dir: z.string().min(1) }).strict();
 const TMP = '.hypsink-tmp';
 
 async function fsyncDir(dir: string): Promise<void> {
@@ -133,11 +133,8 @@ export default function activate(ctx: PluginContext): void {
   ctx.registerDestination({
     name: ctx.manifest.name,
     create(config, build) {
-      const r = configSchema.safeParse(config);
-      if (!r.success) {
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${build.sink}": config.dir: ${r.error.issues[0]?.message ?? 'invalid'}`);
-      }
-      return new LocalFsDestination(resolve(build.baseDir, r.data.dir), build);
+      const { dir } = parseSinkConfig(configSchema, config, build.sink);
+      return new LocalFsDestination(resolve(build.baseDir, dir), build);
     },
   });
 }

@@ -3,7 +3,7 @@
  * fails the load with one message naming the sink and the field.
  */
 import { z } from 'zod';
-import { HypsinkError } from '../../../types/index.js';
+import { parseSinkConfig } from '../../../types/index.js';
 
 export const MiB = 1024 * 1024;
 /** Real S3 rejects parts under 5 MiB (except the last); s3rver and MinIO-in-tests accept smaller. */
@@ -68,30 +68,9 @@ export const S3ConfigSchema = z
 export type S3Config = z.infer<typeof S3ConfigSchema>;
 export type RetryBudget = S3Config['retry'];
 
-function fieldPath(path: readonly PropertyKey[]): string {
-  return ['config', ...path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p)))].join('.').replace(/\.\[/g, '[');
-}
-
 /** Validates and normalizes; throws HYPSINK_ERR_CONFIG naming the sink and every bad field. */
 export function parseS3Config(raw: unknown, sink: string): S3Config {
-  const parsed = S3ConfigSchema.safeParse(raw ?? {});
-  if (!parsed.success) {
-    const problems: string[] = [];
-    const seen = new Set<string>();
-    for (const issue of parsed.error.issues) {
-      if (issue.code === 'unrecognized_keys') {
-        for (const k of issue.keys) problems.push(`${fieldPath([...issue.path, k])}: unknown field`);
-        continue;
-      }
-      // One problem per field: the first is the one to fix.
-      const field = fieldPath(issue.path);
-      if (seen.has(field)) continue;
-      seen.add(field);
-      problems.push(`${field}: ${issue.message}`);
-    }
-    throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${sink}": ${problems.join('; ')}`);
-  }
-  const cfg = parsed.data;
+  const cfg = parseSinkConfig(S3ConfigSchema, raw, sink);
   return { ...cfg, prefix: normalizePrefix(cfg.prefix) };
 }
 
