@@ -184,6 +184,22 @@ export class Hypsink {
     return floor;
   }
 
+  /** Seq ranges of open intents over every sink: retention holds them even past the hard cap. */
+  async inFlight(p: PartitionRef): Promise<[bigint, bigint][]> {
+    const out: [bigint, bigint][] = [];
+    for (const s of this.sinks.values()) {
+      if (!s.datasets.includes(p.dataset)) continue;
+      const i = (await s.watermarks.read(p)).intent;
+      if (i) out.push([i.since === null ? 0n : BigInt(i.since) + 1n, BigInt(i.until)]);
+    }
+    return out;
+  }
+
+  /** What ack-coupled retention consults: the lowest watermark and the units in flight. */
+  retentionGuards(): { ackFloor: (p: PartitionRef) => Promise<bigint | undefined>; inFlight: (p: PartitionRef) => Promise<[bigint, bigint][]> } {
+    return { ackFloor: (p) => this.ackFloor(p), inFlight: (p) => this.inFlight(p) };
+  }
+
   async maintain(what: { retention?: boolean; compact?: boolean }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[] }> {
     const m = this.loaded.config.maintenance;
     const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[] };
@@ -193,7 +209,7 @@ export class Hypsink {
         maxAgeMs: r.maxAge !== undefined ? (parseDuration(r.maxAge) ?? undefined) : undefined,
         maxRows: r.maxRows,
         hardMaxRows: r.hardMaxRows,
-        ackFloor: r.ackCoupled ? (p) => this.ackFloor(p) : undefined,
+        ...(r.ackCoupled ? this.retentionGuards() : {}),
       });
       for (const x of out.retention) {
         if (x.prunedRows === 0) continue;

@@ -29,6 +29,12 @@ export interface RetentionPolicy {
    * (-1 when one has exported nothing); undefined when no sink exports it.
    */
   readonly ackFloor?: (p: PartitionRef) => Promise<bigint | undefined>;
+  /**
+   * Seq ranges of units a sink has recorded as intents and may have shipped:
+   * never pruned, not even by the hard cap, so a unit finished after a crash
+   * re-reads exactly the rows it shipped (at most one unit per sink is held).
+   */
+  readonly inFlight?: (p: PartitionRef) => Promise<[bigint, bigint][]>;
 }
 
 export interface RetentionResult {
@@ -91,6 +97,8 @@ export async function retainPartition(
   if (total === 0 || (capCut === 0 && !hardOver && !ageCandidate)) return none;
 
   const floor = policy.ackFloor ? await policy.ackFloor(store.ref) : undefined;
+  const held = policy.inFlight ? await policy.inFlight(store.ref) : [];
+  const isHeld = (s: bigint) => held.some(([lo, hi]) => s >= lo && s <= hi);
   const gdir = store.manifestPath(generation).replace(/\/manifest\.json$/, '');
   const cols = await Promise.all(manifest.files.map((f) => readCols(gdir, f, schema)));
 
@@ -116,7 +124,7 @@ export async function retainPartition(
   for (let fi = 0; fi < cols.length && extra > 0; fi++) {
     const c = cols[fi]!;
     for (let i = 0; i < c.seqs.length && extra > 0; i++) {
-      if (prune[fi]![i]) continue;
+      if (prune[fi]![i] || isHeld(c.seqs[i]!)) continue;
       prune[fi]![i] = 2;
       extra--;
       const s = c.seqs[i]!;

@@ -77,6 +77,10 @@ export class Worker {
     }
     const a = await this.raw(op);
     if ('died' in a) this.crashes++;
+    if (process.env.SIM_TRACE) {
+      const brief = op.op === 'ingest' ? { ...op, rows: `${op.rows.length} rows from ${op.rows[0]?.id}` } : op;
+      process.stderr.write(`  ${JSON.stringify(brief)} → ${JSON.stringify(a).slice(0, 300)}\n`);
+    }
     return a;
   }
 

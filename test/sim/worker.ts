@@ -55,7 +55,7 @@ async function run(m: WorkerOp): Promise<unknown> {
       return { ok: true, rows: r?.rows ?? 0, failed: r?.failed ?? 0, errors: r?.partitions.flatMap((p) => (p.error ? [p.error.message] : [])) };
     }
     case 'retention': {
-      const r = await k!.cache.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ackFloor: (p) => k!.ackFloor(p) });
+      const r = await k!.cache.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ...k!.retentionGuards() });
       return { ok: true, pruned: r.reduce((n, x) => n + x.prunedRows, 0), forced: r.reduce((n, x) => n + x.forcedRows, 0) };
     }
     case 'compact':
