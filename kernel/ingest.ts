@@ -7,12 +7,12 @@
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import { HypsinkError } from '../types/errors.js';
 import { PARTITION_COLUMN } from '../types/schema.js';
 import { normalizeRow } from './cache/normalize.js';
 import { encodeSegment } from './cache/segments.js';
+import { lineBatches } from './io/lines.js';
 import type { Hypsink } from './runtime.js';
 
 export interface IngestResult {
@@ -53,43 +53,45 @@ export async function ingestNdjson(
     await dead.write(JSON.stringify(rec) + '\n');
   };
 
-  const lines = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
   let n = 0;
   try {
-    for await (const raw of lines) {
-      n++;
-      if (n % 50_000 === 0) onProgress?.(n);
-      if (raw.trim() === '') continue;
-      if (Buffer.byteLength(raw) > maxRowBytes) {
-        await reject(n, `row is ${Buffer.byteLength(raw)} bytes, over the dataset's maxRowBytes ${maxRowBytes}`, raw);
-        continue;
-      }
-      let obj: unknown;
-      try {
-        obj = JSON.parse(raw);
-      } catch (e) {
-        await reject(n, `malformed JSON (${(e as Error).message})`, raw);
-        continue;
-      }
-      if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
-        await reject(n, 'not a JSON object', raw);
-        continue;
-      }
-      const row = obj as Record<string, unknown>;
-      if (row[PARTITION_COLUMN] !== undefined && row[PARTITION_COLUMN] !== source) {
-        await reject(n, `field "${PARTITION_COLUMN}" is ${JSON.stringify(row[PARTITION_COLUMN])} but --source is ${JSON.stringify(source)}`, raw);
-        continue;
-      }
-      const r = normalizeRow(schema, row, ignore);
-      if (!r.ok) {
-        await reject(n, r.reason, raw);
-        continue;
-      }
-      batch.push([source, ...r.values]);
-      result.accepted++;
-      if (batch.length >= FRAME_ROWS) {
-        await k.cache.appendValidated(spool, batch);
-        batch = [];
+    for await (const lines of lineBatches(input)) {
+      for (const raw of lines) {
+        n++;
+        if (n % 50_000 === 0) onProgress?.(n);
+        if (raw.trim() === '') continue;
+        // Characters bound bytes from below (and 3x from above): count bytes only when it can matter.
+        if (raw.length * 3 > maxRowBytes && Buffer.byteLength(raw) > maxRowBytes) {
+          await reject(n, `row is ${Buffer.byteLength(raw)} bytes, over the dataset's maxRowBytes ${maxRowBytes}`, raw);
+          continue;
+        }
+        let obj: unknown;
+        try {
+          obj = JSON.parse(raw);
+        } catch (e) {
+          await reject(n, `malformed JSON (${(e as Error).message})`, raw);
+          continue;
+        }
+        if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
+          await reject(n, 'not a JSON object', raw);
+          continue;
+        }
+        const row = obj as Record<string, unknown>;
+        if (row[PARTITION_COLUMN] !== undefined && row[PARTITION_COLUMN] !== source) {
+          await reject(n, `field "${PARTITION_COLUMN}" is ${JSON.stringify(row[PARTITION_COLUMN])} but --source is ${JSON.stringify(source)}`, raw);
+          continue;
+        }
+        const r = normalizeRow(schema, row, ignore);
+        if (!r.ok) {
+          await reject(n, r.reason, raw);
+          continue;
+        }
+        batch.push([source, ...r.values]);
+        result.accepted++;
+        if (batch.length >= FRAME_ROWS) {
+          await k.cache.appendValidated(spool, batch);
+          batch = [];
+        }
       }
     }
     await k.cache.appendValidated(spool, batch);

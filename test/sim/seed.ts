@@ -44,11 +44,11 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
   const problems: string[] = [];
   const ledger = new Ledger();
   const watch = new WatermarkWatch(join(dir, 'state'));
-  const steps = int(8, 18);
+  const steps = int(6, 14);
   let armed = 0;
   try {
     for (let step = 0; step < steps; step++) {
-      const crash = armed < 2 && r() < 0.06;
+      const crash = armed < 1 && r() < 0.08;
       const x = r();
       let op: WorkerOp;
       if (x < 0.35) {
@@ -85,7 +85,7 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
       if (crash) {
         armed++;
         const points = POINTS_BY_OP[op.op === 'export' ? `export ${op.sink}` : op.op] ?? [];
-        if (points.length) await worker.send({ op: 'arm', point: pick(points), at: int(1, 2) });
+        if (points.length) await worker.send({ op: 'arm', point: pick(points), at: r() < 0.3 ? 2 : 1 });
       }
       const answer = await worker.send(op);
       if (op.op === 'ingest' && 'ok' in answer && answer.ok) ledger.ack(op.source, op.rows);
