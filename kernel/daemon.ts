@@ -33,11 +33,11 @@ export class Daemon {
     if (m.schedule) {
       this.jobs.push(
         new Cron(m.schedule, { protect: true }, async () => {
-          await this.track(this.k.maintain({ retention: true, compact: m.compaction !== undefined }));
+          await this.track(this.k.maintain({ retention: true, compact: true }));
         }),
       );
     }
-    // A sink may ask to export promptly after a flush (cacheFlushed); the first tick runs now.
+    // The first tick of every sink runs now, not at the first cron fire.
     for (const sink of this.k.sinks.values()) this.track(this.tick(sink.name));
   }
 

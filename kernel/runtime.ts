@@ -66,6 +66,9 @@ export class Hypsink {
       rowGroupRows: c.cache.rowGroupRows,
     });
     const k = new Hypsink(loaded, cache, log);
+    if (loaded.unknownKeys.length > 0) {
+      log.warn({ file: loaded.file, keys: loaded.unknownKeys }, `config keys ignored (unknown; a typo?): ${loaded.unknownKeys.join(', ')}`);
+    }
     const host = new PluginHost(k.hooks, log, loaded.baseDir);
     for (const spec of c.plugins) await host.load(spec);
     for (const [name, sc] of Object.entries(c.sinks)) k.sinks.set(name, await k.buildSink(host, name, sc));
@@ -126,6 +129,10 @@ export class Hypsink {
         shipper = host.registry.sinks.get(sc.plugin)!.create(sc.config, build);
       }
     } catch (e) {
+      // A plugin's own config check names the sink and field; add the file.
+      if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(where)) {
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${this.loaded.file ?? 'embedded default config'}: ${e.message}`, { cause: e });
+      }
       if (e instanceof HypsinkError) throw e;
       throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${(e as Error).message}`, { cause: e });
     }
@@ -220,7 +227,7 @@ export class Hypsink {
       }
     }
     if (what.compact) {
-      out.compaction = await this.cache.compact(undefined, m.compaction?.minFiles ?? 2);
+      out.compaction = await this.cache.compact(undefined, m.compaction.minFiles);
       for (const x of out.compaction) await this.hooks.compactionDone.promise(x);
     }
     return out;

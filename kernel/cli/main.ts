@@ -73,9 +73,10 @@ export function buildProgram(io: Out = stdio): Command {
     .command('init')
     .description('write a commented starter config')
     .option('--force', 'overwrite an existing file')
-    .option('--config <file>', 'where to write it', 'hypsink.config.json')
-    .action(async (o: { force?: boolean; config: string }) => {
-      const path = resolve(o.config);
+    .option('--config <file>', 'where to write it (default hypsink.config.json)')
+    .action(async (o: { force?: boolean }, cmd: Command) => {
+      // --config may stand before the command too, where the program's option takes it.
+      const path = resolve(cmd.optsWithGlobals<{ config?: string }>().config ?? 'hypsink.config.json');
       await writeStarter(path, o.force ?? false);
       io.out(`wrote ${path}`);
     });

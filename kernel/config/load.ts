@@ -12,6 +12,8 @@ import { blobSink, type Config, configSchema, requestSink, type SinkConfig } fro
 
 export interface LoadedConfig {
   readonly config: Config;
+  /** Keys hypsink does not know (ignored, most likely typos), for a warning at start. */
+  readonly unknownKeys: readonly string[];
   /** The file it came from, or null for the embedded default. */
   readonly file: string | null;
   /** Relative paths resolve against this folder. */
@@ -38,6 +40,12 @@ export function interpolate(value: unknown, where: string, env: NodeJS.ProcessEn
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, k === '//' ? v : interpolate(v, `${where}.${k}`, env)]));
   }
   return value;
+}
+
+/** Interpolate a whole config; an error names the file, then the key path. */
+function interpolateConfig(raw: unknown, where: string): unknown {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
+  return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, k === '//' ? v : interpolate(v, `${where}: ${k}`)]));
 }
 
 function describePath(path: readonly PropertyKey[]): string {
@@ -79,6 +87,27 @@ export function validateConfig(raw: unknown, file: string): Config {
   return { ...parsed.data, sinks };
 }
 
+/** Keys of the config (top level, cache, state, maintenance, driver, each sink) that no schema knows. */
+export function unknownKeys(raw: unknown): string[] {
+  const out: string[] = [];
+  const obj = (v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
+  const check = (v: unknown, known: readonly string[], where: string) => {
+    for (const k of Object.keys(obj(v) ?? {})) if (k !== '//' && !known.includes(k)) out.push(`${where}${k}`);
+  };
+  const shape = configSchema.shape;
+  check(raw, Object.keys(shape), '');
+  const top = obj(raw) ?? {};
+  for (const section of ['cache', 'state', 'maintenance', 'driver'] as const) {
+    const inner = (shape[section] as unknown as { unwrap(): { shape: Record<string, unknown> } }).unwrap().shape;
+    check(top[section], Object.keys(inner), `${section}.`);
+  }
+  for (const [name, sink] of Object.entries(obj(top.sinks) ?? {})) {
+    const known = Object.keys(('plugin' in (obj(sink) ?? {}) ? requestSink : blobSink).shape);
+    check(sink, known, `sinks.${name}.`);
+  }
+  return out;
+}
+
 function parseJson(text: string, file: string): unknown {
   try {
     return JSON.parse(text);
@@ -112,10 +141,11 @@ export async function loadConfig(explicit: string | undefined, cwd = process.cwd
     if (explicit) throw new HypsinkError('HYPSINK_ERR_CONFIG', `config file ${candidate} does not exist (run "hypsink init" to write one)`);
   }
   const where = file ?? 'embedded default config';
-  const config = validateConfig(interpolate(raw, where), where);
+  const config = validateConfig(interpolateConfig(raw, where), where);
   const baseDir = file ? dirname(file) : cwd;
   return {
     config,
+    unknownKeys: unknownKeys(raw),
     file,
     baseDir,
     cacheRoot: abs(baseDir, config.cache.root),

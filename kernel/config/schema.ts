@@ -103,9 +103,10 @@ export const configSchema = z.object({
           ackCoupled: z.boolean().default(true),
         })
         .optional(),
-      compaction: z.object({ minFiles: z.number().int().min(2).default(8) }).optional(),
+      /** `maintain --compact` and scheduled maintenance compact partitions with at least minFiles data files. */
+      compaction: z.object({ minFiles: z.number().int().min(2).default(8) }).default({ minFiles: 8 }),
     })
-    .default({}),
+    .default({ compaction: { minFiles: 8 } }),
   driver: z
     .looseObject({
       concurrency: z.number().int().positive().default(4),
