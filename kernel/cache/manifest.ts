@@ -67,7 +67,7 @@ const seqOrNull = (v: unknown) => v === null || isDecimalSeq(v);
 /** Paired assertion: checked before writing a manifest and again whenever one is read. */
 export function checkManifest(m: unknown): string | null {
   const x = m as Manifest;
-  if (!x || x.v !== 1 || !Number.isInteger(x.generation) || !Array.isArray(x.files)) return 'not a v1 manifest';
+  if (x?.v !== 1 || !Number.isInteger(x.generation) || !Array.isArray(x.files)) return 'not a v1 manifest';
   if (typeof x.spools !== 'object' || x.spools === null) return 'spools missing';
   if (!seqOrNull(x.prunedThroughSeq) || !Array.isArray(x.forcedPrunes)) return 'retention fields missing';
   if (x.committedRows !== undefined && (!Number.isInteger(x.committedRows) || x.committedRows < manifestRows(x))) {

@@ -48,7 +48,7 @@ export const datasetSchema = z
     });
     if (d.timestampColumn !== undefined) {
       const c = d.columns.find((x) => x.name === d.timestampColumn);
-      if (!c || c.type !== 'TIMESTAMP') {
+      if (c?.type !== 'TIMESTAMP') {
         ctx.addIssue({ code: 'custom', path: ['timestampColumn'], message: `"${d.timestampColumn}" is not a TIMESTAMP column` });
       }
     }

@@ -187,6 +187,7 @@ function waitForMore(policy: ExportPolicy, pendingRows: number, oldestCommittedA
 /** No rows above the watermark but pruned ranges: step over them, counting the gap. */
 function gapAdvance(base: WatermarkRecord, forced: readonly [bigint, bigint][]): { rec: WatermarkRecord; rows: number } | null {
   const since = seqOf(base.continuation);
+  // biome-ignore lint/complexity/useMathMinMax: bigints, which Math.max does not take
   const top = forced.reduce((m, [, b]) => (b > m ? b : m), since);
   if (top <= since) return null;
   const rows = countIn(forced, since, top);

@@ -39,7 +39,7 @@ const seqOf = (c: Continuation | null) => (c ? BigInt(c.seq) : -1n);
 /** Paired assertion, checked before every write and on every read. */
 export function checkRecord(v: unknown): string | null {
   const r = v as WatermarkRecord;
-  if (!r || r.v !== 1) return 'not a v1 watermark record';
+  if (r?.v !== 1) return 'not a v1 watermark record';
   if (r.continuation !== null && (r.continuation?.v !== 1 || !isDecimalSeq(r.continuation.seq))) return 'bad continuation';
   if (!Number.isInteger(r.exportedRowCount) || r.exportedRowCount < 0) return 'bad exportedRowCount';
   if (!Number.isInteger(r.gapRows) || r.gapRows < 0) return 'bad gapRows';
