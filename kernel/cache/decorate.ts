@@ -12,8 +12,25 @@ import type { PartitionRef } from '../../types/storage.js';
 import { hash128 } from './hash128.js';
 import { BATCH_ID_COLUMN, buildColumn, buildUtf8, ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 
+/**
+ * The content a row id hashes: its normalized values joined by U+001F, null as
+ * U+0000. A string holding either control character is written as U+0000 + its
+ * JSON, which no plain value can equal. (JSON.stringify of the whole row cost
+ * twice as much: it re-escapes JSON columns.)
+ */
+function rowContent(values: readonly unknown[]): string {
+  let out = '';
+  for (const v of values) {
+    if (v === null || v === undefined) out += '\u0000';
+    else if (typeof v === 'string') out += v.includes('\u001f') || v.includes('\u0000') ? `\u0000${JSON.stringify(v)}` : v;
+    else out += String(v);
+    out += '\u001f';
+  }
+  return out;
+}
+
 export function rowId(partition: PartitionRef, values: readonly unknown[]): string {
-  return hash128(`${partition.key}\0${JSON.stringify(values)}`);
+  return hash128(`${partition.key}\u0000${rowContent(values)}`);
 }
 
 /** Build the Arrow table of a commit: user columns, then seq first..first+n-1, row ids, batch id. */

@@ -3,7 +3,7 @@
  * streamed batch by batch through parquet-wasm's stream writer, so a large
  * unit never sits in memory whole. Any Parquet reader decodes the result.
  */
-import { Table, tableToIPC } from 'apache-arrow';
+import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import { parseSinkConfig, type PluginContext } from '../../../types/index.js';
@@ -23,9 +23,18 @@ const CODECS = {
 
 async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: number): BlobBody {
   const batches = unit.batches()[Symbol.asyncIterator]();
+  // An error of the rows' source (a damaged cache file: HYPSINK_ERR_CORRUPT naming it) reaches
+  // the wasm writer only as an opaque "Dyn casting error": keep it and rethrow it as it was.
+  let sourceError: { error: unknown } | undefined;
   const input = new ReadableStream({
     async pull(ctl) {
-      const next = await batches.next();
+      let next: IteratorResult<RecordBatch>;
+      try {
+        next = await batches.next();
+      } catch (e) {
+        sourceError ??= { error: e };
+        throw e;
+      }
       if (next.done) {
         ctl.close();
         return;
@@ -37,8 +46,12 @@ async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: nu
     },
   });
   const props = new pw.WriterPropertiesBuilder().setCompression(compression).setMaxRowGroupSize(rowGroupRows).build();
-  const output = await pw.transformParquetStream(input, props);
-  yield* output as unknown as AsyncIterable<Uint8Array>;
+  try {
+    const output = await pw.transformParquetStream(input, props);
+    yield* output as unknown as AsyncIterable<Uint8Array>;
+  } catch (e) {
+    throw sourceError ? sourceError.error : e;
+  }
 }
 
 export default function activate(ctx: PluginContext): void {

@@ -45,6 +45,24 @@ export function encodeSegment(s: string): string {
   return enc === '.' || enc === '..' ? enc.replace(/\./g, '%2E') : enc;
 }
 
+/** A UTF-16 surrogate without its partner: a valid partition value with no UTF-8 form. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/**
+ * The `X-Hyp-Partition` form of a partition value: percent-encoded UTF-8, except
+ * that a lone surrogate (on which encodeURIComponent throws "URI malformed") is
+ * sent as `%uXXXX` — never produced otherwise, since 'u' is not a hex digit.
+ */
+export function encodePartitionValue(s: string): string {
+  let out = '';
+  let from = 0;
+  for (const m of s.matchAll(LONE_SURROGATE)) {
+    out += `${encodeURIComponent(s.slice(from, m.index))}%u${m[0].charCodeAt(0).toString(16).toUpperCase()}`;
+    from = m.index + 1;
+  }
+  return out + encodeURIComponent(s.slice(from));
+}
+
 /** Read the unit's rows (in seq order) into one NDJSON body. */
 export async function buildRequest(unit: Unit, token: string | undefined): Promise<BatchRequest> {
   const lines: string[] = [];
@@ -53,7 +71,7 @@ export async function buildRequest(unit: Unit, token: string | undefined): Promi
   const headers: Record<string, string> = {
     'Content-Type': 'application/x-ndjson',
     'Content-Length': String(body.length),
-    'X-Hyp-Partition': `source=${encodeURIComponent(unit.partition.source)}`,
+    'X-Hyp-Partition': `source=${encodePartitionValue(unit.partition.source)}`,
     'X-Hyp-Batch-Id': unit.id,
   };
   if (token !== undefined) headers.Authorization = `Bearer ${token}`;

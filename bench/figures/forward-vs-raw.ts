@@ -1,0 +1,114 @@
+/**
+ * Figure 5: forward-sink export rows/s to the reference receiver over loopback
+ * ÷ rows/s of a raw loop POSTing the very same NDJSON bodies (taken back from
+ * the receiver's ledger: same chunking, same bytes), with the same headers and
+ * fresh batch ids, one after another on a keep-alive connection, as the sink
+ * does for one partition. The receiver runs in a child process. Repetitions
+ * interleave export and raw; each export uses a sink of its own (own watermark,
+ * own batch ids).
+ */
+import { randomBytes } from 'node:crypto';
+import * as http from 'node:http';
+import { join } from 'node:path';
+import type { BenchContext } from '../lib/context.js';
+import { figure, type FigureGroup, ge } from '../lib/figure.js';
+import { fillPartition } from '../lib/fill.js';
+import { forwardSink, openKernel, tick, writeWorkspace } from '../lib/kernel.js';
+import { delta, median, settle, snapshot, timed } from '../lib/measure.js';
+import type { ReadCounters } from '../../types/storage.js';
+import { post, spawnReceiver, type StoredBatch, storedBatches } from '../lib/receiver.js';
+
+const TOKEN = 'bench-token-0123456789';
+
+async function rawLoop(url: string, batches: readonly StoredBatch[], rep: number): Promise<number> {
+  const agent = new http.Agent({ keepAlive: true });
+  const run = randomBytes(4).toString('hex');
+  let rows = 0;
+  try {
+    for (const [i, b] of batches.entries()) {
+      const headers = {
+        'Content-Type': 'application/x-ndjson',
+        'Content-Length': String(b.body.length),
+        'X-Hyp-Partition': `source=${encodeURIComponent(b.source)}`,
+        'X-Hyp-Batch-Id': `raw-${run}-${rep}-${i}`,
+        Authorization: `Bearer ${TOKEN}`,
+      };
+      const status = await post(agent, url, `/v1/ingest/${encodeURIComponent(b.dataset)}`, headers, b.body);
+      if (status !== 200) throw new Error(`forward: raw POST answered ${status}`);
+      rows += b.rows;
+    }
+  } finally {
+    agent.destroy();
+  }
+  return rows;
+}
+
+export const forwardVsRaw: FigureGroup = {
+  id: 'forward',
+  title: 'forward export rows/s ÷ raw loopback POST rows/s of the same bodies',
+  async run(ctx: BenchContext) {
+    const rows = ctx.size(200_000, 50_000);
+    const reps = 3;
+    // The first round warms the JIT and the receiver's connection; it is not counted.
+    const rounds = reps + 1;
+    const dir = await ctx.tempDir('forward');
+    const receiver = await spawnReceiver(join(dir, 'receiver'), TOKEN);
+    const exportMs: number[] = [];
+    const rawMs: number[] = [];
+    const exportCpuMs: number[] = [];
+    let units = 0;
+    let reads: ReadCounters | undefined;
+    try {
+      const sinks = Object.fromEntries(Array.from({ length: rounds }, (_, i) => [`fwd${i}`, forwardSink(receiver.url, { token: TOKEN })]));
+      const k = await openKernel(await writeWorkspace(dir, sinks), ctx.log);
+      try {
+        ctx.progress(`forward: filling a partition with ${rows} rows`);
+        await fillPartition(k, 'web', rows);
+        let ledgered = 0;
+        for (let r = 0; r < rounds; r++) {
+          ctx.progress(`forward: round ${r + 1}/${rounds}${r === 0 ? ' (warm-up)' : ''}`);
+          settle();
+          const c0 = snapshot(k.cache.storage.counters);
+          const cpu0 = process.cpuUsage();
+          const exp = await timed(() => tick(k, `fwd${r}`));
+          const cpu = process.cpuUsage(cpu0);
+          reads = delta(k.cache.storage.counters, c0);
+          if (exp.value.rows !== rows) throw new Error(`forward: export shipped ${exp.value.rows} rows, expected ${rows}`);
+          units = exp.value.units;
+          // This export's bodies: the ledger entries it added.
+          const all = await storedBatches(receiver.dataDir);
+          const mine = all.slice(ledgered);
+          settle();
+          const raw = await timed(() => rawLoop(receiver.url, mine, r));
+          if (raw.value !== rows) throw new Error(`forward: raw loop posted ${raw.value} rows, expected ${rows}`);
+          ledgered = all.length + mine.length;
+          if (r === 0) continue;
+          exportMs.push(exp.ms);
+          exportCpuMs.push((cpu.user + cpu.system) / 1000);
+          rawMs.push(raw.ms);
+        }
+      } finally {
+        await k.close();
+      }
+    } finally {
+      await receiver.close();
+    }
+    const exportRate = rows / (median(exportMs) / 1000);
+    const rawRate = rows / (median(rawMs) / 1000);
+    // Each export and its raw run are neighbours in time: the median of their
+    // ratios cancels slow swings of the machine's load.
+    const paired = median(exportMs.map((e, i) => rawMs[i]! / e));
+    ctx.detail('forward_export_vs_raw_post', {
+      rows,
+      requestsPerExport: units,
+      readsPerExport: reads,
+      exportRowsPerS: Math.round(exportRate),
+      rawRowsPerS: Math.round(rawRate),
+      ratioOfMedians: Math.round((exportRate / rawRate) * 1000) / 1000,
+      exportMs: exportMs.map(Math.round),
+      exportCpuMs: exportCpuMs.map(Math.round),
+      rawMs: rawMs.map(Math.round),
+    });
+    return [figure('forward_export_vs_raw_post', paired, ge(0.6))];
+  },
+};

@@ -1,0 +1,101 @@
+/**
+ * The reference receiver in a child process of its own (fixtures/receiver/main.ts),
+ * so that on this 2-core machine it does not share an event loop with the sink
+ * being measured, plus what a raw client needs: the bodies the receiver stored
+ * (from its ledger: each batch's byte range in its data file) and a plain
+ * keep-alive POST.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { promises as fsp } from 'node:fs';
+import * as http from 'node:http';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+
+export interface ReceiverProcess {
+  readonly url: string;
+  readonly dataDir: string;
+  close(): Promise<void>;
+}
+
+export async function spawnReceiver(dataDir: string, token: string): Promise<ReceiverProcess> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(REPO, 'fixtures/receiver/main.ts'), '--port', '0', '--data', dataDir, '--log-level', 'info'],
+    { cwd: REPO, env: { ...process.env, HYPSINK_TOKEN: token }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => {
+    stderr += c.toString('utf8');
+  });
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    const onData = (c: Buffer) => {
+      out += c.toString('utf8');
+      for (const line of out.split('\n')) {
+        if (!line.startsWith('{')) continue;
+        try {
+          const j = JSON.parse(line) as { msg?: string; url?: string };
+          if (j.msg === 'listening' && j.url) {
+            child.stdout!.off('data', onData);
+            child.stdout!.resume();
+            resolve(j.url);
+            return;
+          }
+        } catch {
+          // a partial line: wait for the rest
+        }
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`receiver exited (${code}) before listening: ${stderr.trim()}`)));
+  });
+  return { url, dataDir, close: () => stop(child, exited) };
+}
+
+async function stop(child: ChildProcess, exited: Promise<void>): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill('SIGTERM');
+  await exited;
+}
+
+export interface StoredBatch {
+  readonly source: string;
+  readonly dataset: string;
+  readonly rows: number;
+  readonly body: Buffer;
+}
+
+/** Every batch the receiver has ledgered, in order, with its bytes as stored (= as sent). */
+export async function storedBatches(dataDir: string): Promise<StoredBatch[]> {
+  const text = await fsp.readFile(join(dataDir, '_ledger.ndjson'), 'utf8');
+  const out: StoredBatch[] = [];
+  const files = new Map<string, Buffer>();
+  for (const line of text.split('\n')) {
+    if (line === '') continue;
+    const e = JSON.parse(line) as { dataset: string; source: string; rows: number; file: string; offset: number; bytes: number };
+    let data = files.get(e.file);
+    if (!data) {
+      data = await fsp.readFile(join(dataDir, e.file));
+      files.set(e.file, data);
+    }
+    out.push({ dataset: e.dataset, source: e.source, rows: e.rows, body: data.subarray(e.offset, e.offset + e.bytes) });
+  }
+  return out;
+}
+
+/** One POST; resolves with the status once the answer is read. */
+export function post(agent: http.Agent, url: string, path: string, headers: Record<string, string>, body: Buffer): Promise<number> {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ hostname: u.hostname, port: u.port, path, method: 'POST', headers, agent }, (res) => {
+      res.on('data', () => undefined);
+      res.on('end', () => resolve(res.statusCode ?? 0));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}

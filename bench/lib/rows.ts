@@ -1,0 +1,25 @@
+/**
+ * Realistic demo rows (fixtures/demo/generate.ts) as NDJSON lines, and as the
+ * validated value arrays `Cache.appendValidated` takes, produced in chunks so a
+ * million rows never sit in memory as objects at once.
+ */
+import { demoBatch } from '../../fixtures/demo/generate.js';
+import { normalizeRow } from '../../kernel/cache/normalize.js';
+import type { DatasetSchema } from '../../types/schema.js';
+
+/** `n` demo NDJSON lines (no `source` field), ids from `firstId`; `run` varies the content. */
+export function demoLines(n: number, firstId: number, run: number): string[] {
+  if (n <= 0) return [];
+  // demoBatch yields perSource rows for each of its three sources; the source is not in the line.
+  const batches = demoBatch(run, firstId, Math.ceil(n / 3));
+  return batches.flatMap((b) => b.lines).slice(0, n);
+}
+
+/** Validated rows `[source, ...values]` for appendValidated. */
+export function demoValues(schema: DatasetSchema, source: string, n: number, firstId: number, run: number): unknown[][] {
+  return demoLines(n, firstId, run).map((line) => {
+    const r = normalizeRow(schema, JSON.parse(line) as Record<string, unknown>);
+    if (!r.ok) throw new Error(`demo row rejected: ${r.reason}`);
+    return [source, ...r.values];
+  });
+}
