@@ -56,9 +56,14 @@ export async function ingestNdjson(
   let n = 0;
   try {
     for await (const lines of lineBatches(input)) {
-      for (const raw of lines) {
+      for (const line of lines) {
         n++;
         if (n % 50_000 === 0) onProgress?.(n);
+        if (typeof line !== 'string') {
+          await reject(n, 'the line is not valid UTF-8', line.invalid);
+          continue;
+        }
+        const raw = line;
         if (raw.trim() === '') continue;
         // Characters bound bytes from below (and 3x from above): count bytes only when it can matter.
         if (raw.length * 3 > maxRowBytes && Buffer.byteLength(raw) > maxRowBytes) {
@@ -110,10 +115,10 @@ export async function ingestNdjson(
   return result;
 }
 
-export function rejectedError(r: IngestResult, dataset: string): HypsinkError {
+export function rejectedError(r: IngestResult, dataset: string, label: string): HypsinkError {
   const first = r.samples.map((s) => `line ${s.line}: ${s.reason}`).join('; ');
   return new HypsinkError(
     'HYPSINK_ERR_INPUT',
-    `${r.rejected} row(s) of dataset "${dataset}" rejected (${first}${r.rejected > r.samples.length ? '; …' : ''}); kept in ${r.deadLetter}`,
+    `${label}: ${r.rejected} row(s) of dataset "${dataset}" rejected (${first}${r.rejected > r.samples.length ? '; …' : ''}); kept in ${r.deadLetter}`,
   );
 }

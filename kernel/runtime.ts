@@ -37,8 +37,6 @@ export interface RuntimeOptions {
 }
 
 export class Hypsink {
-  readonly hooks: LifecycleHooks = createHooks();
-  readonly sinks = new Map<string, SinkRuntime>();
   readonly driver: SinkDriver;
   private readonly abort = new AbortController();
 
@@ -46,6 +44,8 @@ export class Hypsink {
     readonly loaded: LoadedConfig,
     readonly cache: Cache,
     readonly log: Pino,
+    readonly hooks: LifecycleHooks,
+    readonly sinks: ReadonlyMap<string, SinkRuntime>,
   ) {
     const d = loaded.config.driver;
     this.driver = new SinkDriver(
@@ -57,6 +57,13 @@ export class Hypsink {
   static async open(loaded: LoadedConfig, opts: RuntimeOptions = {}): Promise<Hypsink> {
     const log = opts.log ?? createLogger();
     const c = loaded.config;
+    // Plugins and sinks first: a config error must leave nothing behind, not even an empty cache.
+    const hooks = createHooks();
+    const host = new PluginHost(hooks, log, loaded.baseDir);
+    for (const spec of c.plugins) await host.load(spec);
+    const sinks = new Map<string, SinkRuntime>();
+    for (const [name, sc] of Object.entries(c.sinks)) sinks.set(name, await buildSink(loaded, log, host, name, sc));
+    host.close();
     const cache = await Cache.open({
       root: loaded.cacheRoot,
       datasets: c.datasets,
@@ -65,15 +72,10 @@ export class Hypsink {
       segmentBytes: c.cache.segmentBytes,
       rowGroupRows: c.cache.rowGroupRows,
     });
-    const k = new Hypsink(loaded, cache, log);
     if (loaded.unknownKeys.length > 0) {
       log.warn({ file: loaded.file, keys: loaded.unknownKeys }, `config keys ignored (unknown; a typo?): ${loaded.unknownKeys.join(', ')}`);
     }
-    const host = new PluginHost(k.hooks, log, loaded.baseDir);
-    for (const spec of c.plugins) await host.load(spec);
-    for (const [name, sc] of Object.entries(c.sinks)) k.sinks.set(name, await k.buildSink(host, name, sc));
-    host.close();
-    return k;
+    return new Hypsink(loaded, cache, log, hooks, sinks);
   }
 
   get signal(): AbortSignal {
@@ -81,76 +83,7 @@ export class Hypsink {
   }
 
   sinkStateDir(name: string): string {
-    return join(this.loaded.stateDir, 'sinks', encodeSegment(name));
-  }
-
-  private async buildSink(host: PluginHost, name: string, sc: SinkConfig): Promise<SinkRuntime> {
-    const where = `${this.loaded.file ?? 'embedded default config'}: sink "${name}"`;
-    const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
-      if (!host.kindOf(spec)) {
-        try {
-          await host.load(spec);
-        } catch (e) {
-          throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: ${(e as Error).message}`, { cause: e });
-        }
-      }
-      const kind = host.kindOf(spec);
-      if (kind !== want) {
-        const hint =
-          want === 'destination' && kind === 'sink'
-            ? `; a request sink is configured with "plugin": "${spec}", without "writer"`
-            : want === 'sink' && kind !== undefined
-              ? `; ${a(kind)} belongs in a blob sink ("writer" + "destination")`
-              : '';
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: "${spec}" is ${kind ? a(kind) : 'not registered by its plugin'}, not ${a(want)}${hint}`);
-      }
-    };
-    const stateDir = this.sinkStateDir(name);
-    const build = {
-      sink: name,
-      stateDir,
-      baseDir: this.loaded.baseDir,
-      log: this.log.child({ sink: name }),
-      fault: (point: string) => {
-        if (!(point in FAULT_POINTS)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `fault point "${point}" is not declared in kernel/fault.ts`);
-        fault(point as FaultPoint);
-      },
-    };
-    let shipper: UnitShipper;
-    try {
-      if (isBlobSink(sc)) {
-        await need('writer', sc.writer, 'encoder');
-        await need('destination', sc.destination, 'destination');
-        const encoder = host.registry.encoders.get(sc.writer)!.create(sc.writerConfig, build);
-        const destination = host.registry.destinations.get(sc.destination)!.create(sc.config, build);
-        shipper = blobShipper(encoder, destination, BLOB_LIMITS);
-      } else {
-        await need('plugin', sc.plugin, 'sink');
-        shipper = host.registry.sinks.get(sc.plugin)!.create(sc.config, build);
-      }
-    } catch (e) {
-      // A plugin's own config check names the sink and field; add the file.
-      if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(where)) {
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${this.loaded.file ?? 'embedded default config'}: ${e.message}`, { cause: e });
-      }
-      if (e instanceof HypsinkError) throw e;
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${(e as Error).message}`, { cause: e });
-    }
-    return {
-      name,
-      kind: isBlobSink(sc) ? 'blob' : 'request',
-      datasets: sc.datasets,
-      shipper,
-      watermarks: new WatermarkStore(stateDir),
-      policy: {
-        minRows: sc.minRows,
-        maxDelayMs: sc.maxDelay !== undefined ? (parseDuration(sc.maxDelay) ?? 0) : sc.minRows > 1 ? 3_600_000 : 0,
-        limits: {
-          maxRows: sc.unit.maxRows ?? shipper.limits.maxRows,
-          maxBytes: sc.unit.maxBytes ?? shipper.limits.maxBytes,
-        },
-      },
-    };
+    return sinkStateDir(this.loaded, name);
   }
 
   sink(name: string): SinkRuntime {
@@ -302,4 +235,79 @@ export interface SinkStatus {
 }
 export interface StatusReport {
   sinks: SinkStatus[];
+}
+
+/** A sink instance's own state dir: its watermarks and its export lock live here. */
+function sinkStateDir(loaded: LoadedConfig, name: string): string {
+  return join(loaded.stateDir, 'sinks', encodeSegment(name));
+}
+
+/** Build one sink from its config: the plugins it names must provide what its role needs. */
+async function buildSink(loaded: LoadedConfig, log: Pino, host: PluginHost, name: string, sc: SinkConfig): Promise<SinkRuntime> {
+  const where = `${loaded.file ?? 'embedded default config'}: sink "${name}"`;
+  const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
+    if (!host.kindOf(spec)) {
+      try {
+        await host.load(spec);
+      } catch (e) {
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: ${(e as Error).message}`, { cause: e });
+      }
+    }
+    const kind = host.kindOf(spec);
+    if (kind !== want) {
+      const hint =
+        want === 'destination' && kind === 'sink'
+          ? `; a request sink is configured with "plugin": "${spec}", without "writer"`
+          : want === 'sink' && kind !== undefined
+            ? `; ${a(kind)} belongs in a blob sink ("writer" + "destination")`
+            : '';
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: "${spec}" is ${kind ? a(kind) : 'not registered by its plugin'}, not ${a(want)}${hint}`);
+    }
+  };
+  const stateDir = sinkStateDir(loaded, name);
+  const build = {
+    sink: name,
+    stateDir,
+    baseDir: loaded.baseDir,
+    log: log.child({ sink: name }),
+    fault: (point: string) => {
+      if (!(point in FAULT_POINTS)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `fault point "${point}" is not declared in kernel/fault.ts`);
+      fault(point as FaultPoint);
+    },
+  };
+  let shipper: UnitShipper;
+  try {
+    if (isBlobSink(sc)) {
+      await need('writer', sc.writer, 'encoder');
+      await need('destination', sc.destination, 'destination');
+      const encoder = host.registry.encoders.get(sc.writer)!.create(sc.writerConfig, build);
+      const destination = host.registry.destinations.get(sc.destination)!.create(sc.config, build);
+      shipper = blobShipper(encoder, destination, BLOB_LIMITS);
+    } else {
+      await need('plugin', sc.plugin, 'sink');
+      shipper = host.registry.sinks.get(sc.plugin)!.create(sc.config, build);
+    }
+  } catch (e) {
+    // A plugin's own config check names the sink and field; add the file.
+    if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(where)) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${loaded.file ?? 'embedded default config'}: ${e.message}`, { cause: e });
+    }
+    if (e instanceof HypsinkError) throw e;
+    throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${(e as Error).message}`, { cause: e });
+  }
+  return {
+    name,
+    kind: isBlobSink(sc) ? 'blob' : 'request',
+    datasets: sc.datasets,
+    shipper,
+    watermarks: new WatermarkStore(stateDir),
+    policy: {
+      minRows: sc.minRows,
+      maxDelayMs: sc.maxDelay !== undefined ? (parseDuration(sc.maxDelay) ?? 0) : sc.minRows > 1 ? 3_600_000 : 0,
+      limits: {
+        maxRows: sc.unit.maxRows ?? shipper.limits.maxRows,
+        maxBytes: sc.unit.maxBytes ?? shipper.limits.maxBytes,
+      },
+    },
+  };
 }

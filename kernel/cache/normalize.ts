@@ -9,6 +9,15 @@ const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 const ISO_DATE = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/;
 
+/** Date.parse rolls 2026-02-30 over to March 2: check the calendar date itself. */
+function realDate(v: string): boolean {
+  const y = Number(v.slice(0, 4));
+  const m = Number(v.slice(5, 7));
+  const d = Number(v.slice(8, 10));
+  const days = new Date(Date.UTC(y, m, 0)).getUTCDate();
+  return m >= 1 && m <= 12 && d >= 1 && d <= days;
+}
+
 export type Normalized = { ok: true; value: unknown } | { ok: false; reason: string };
 
 export function normalizeValue(col: ColumnSpec, v: unknown): Normalized {
@@ -39,7 +48,7 @@ export function normalizeValue(col: ColumnSpec, v: unknown): Normalized {
       if (typeof v === 'boolean') return { ok: true, value: v };
       return { ok: false, reason: `field "${col.name}" must be true or false` };
     case 'TIMESTAMP': {
-      if (typeof v === 'string' && ISO_DATE.test(v)) {
+      if (typeof v === 'string' && ISO_DATE.test(v) && realDate(v)) {
         const ms = Date.parse(v);
         if (!Number.isNaN(ms)) return { ok: true, value: ms };
       }

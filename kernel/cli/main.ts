@@ -96,7 +96,7 @@ export function buildProgram(io: Out = stdio): Command {
         const r = await ingestNdjson(k, dataset, o.source, input, label);
         if (o.json) io.out(JSON.stringify(r));
         else io.out(`ingested ${r.accepted} row(s) into ${dataset}/source=${o.source}${r.rejected ? `, rejected ${r.rejected}` : ''}`);
-        if (r.rejected > 0) throw rejectedError(r, dataset);
+        if (r.rejected > 0) throw rejectedError(r, dataset, label);
       });
     });
 

@@ -44,7 +44,7 @@ test('ingest rejects bad lines to the dead letter with line and reason, keeps th
   assert.match(a.stdout, /ingested 3 row\(s\) into events\/source=web, rejected 5/);
   const summary = a.stderr.split('\n').filter((l) => l.startsWith('hypsink: '));
   assert.equal(summary.length, 1, `one summary line: ${a.stderr}`);
-  assert.match(summary[0]!, /^hypsink: HYPSINK_ERR_INPUT: 5 row\(s\) of dataset "events" rejected \(/);
+  assert.match(summary[0]!, /^hypsink: HYPSINK_ERR_INPUT: \S*a\.ndjson: 5 row\(s\) of dataset "events" rejected \(/);
   for (const n of [2, 3, 4, 6, 7]) assert.match(summary[0]!, new RegExp(`line ${n}: `), `names line ${n}`);
   assert.match(summary[0]!, /dead-letter\/events\.ndjson/);
 
