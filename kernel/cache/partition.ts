@@ -95,6 +95,24 @@ export class PartitionStore {
     throw new HypsinkError('HYPSINK_ERR_INVARIANT', `partition ${this.dir}: the generation kept changing under the reader`);
   }
 
+  /**
+   * The current manifest without a lease, for facts that need no data file
+   * (retention records, stats). A generation retired between reading the
+   * cursor and its manifest is simply read again from the new cursor.
+   */
+  async peekManifest(): Promise<Manifest> {
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const cur = await this.readCursor();
+      if (!cur) return emptyManifest(-1);
+      try {
+        return await readManifest(this.manifestPath(cur.generation));
+      } catch (e) {
+        if ((await this.readCursor())?.generation === cur.generation) throw e;
+      }
+    }
+    throw new HypsinkError('HYPSINK_ERR_INVARIANT', `partition ${this.dir}: the generation kept changing under the reader`);
+  }
+
   /** Swap the cursor to a fully written generation, then retire the old one. Writer-side. */
   async swapTo(generation: number, before: 'compact' | 'retention'): Promise<void> {
     const old = (await this.readCursor())?.generation;

@@ -6,12 +6,11 @@
  * @ref LLP 0003: seq-stat pruning
  * @ref LLP 0005: write-ahead intent (the plan becomes the intent)
  */
-import type { ReadCounters } from '../../types/storage.js';
 import { SEQ_COLUMN } from './columns.js';
 import { effSeq } from './manifest.js';
-import { ParquetReader } from './parquet.js';
 import type { PartitionStore } from './partition.js';
-import { upperBound } from './reader.js';
+import type { RecordBatch } from 'apache-arrow';
+import { type CacheStorage, LazyFile, upperBound } from './reader.js';
 
 export interface UnitPlan {
   readonly until: string;
@@ -31,7 +30,9 @@ export async function planUnit(
   store: PartitionStore,
   since: bigint,
   limits: { maxRows: number; maxBytes: number },
-  counters: ReadCounters,
+  storage: CacheStorage,
+  /** The user columns the unit will read. */
+  columns: readonly string[],
 ): Promise<PartitionFacts> {
   const snap = await store.snapshot();
   try {
@@ -59,25 +60,41 @@ export async function planUnit(
           continue;
         }
         if (room <= 0) return { plan: done(until, rows, bytes, oldest), forcedAbove };
-        // A bound cuts this row group: find the exact seq from its seq column.
-        const reader = await ParquetReader.open(`${snap.dir}/${f.name}`, counters, f);
-        try {
-          const seqs: bigint[] = [];
-          for (const b of await reader.readRowGroup(g, [SEQ_COLUMN])) {
-            const v = b.getChild(SEQ_COLUMN);
-            for (let i = upperBound(v, b.numRows, since); i < b.numRows; i++) seqs.push((v?.get(i) as bigint | null) ?? 0n);
+        // A bound cuts this row group: find the exact seq from its seq column. The group is
+        // decoded with the columns the unit will read, so its scan finds it decoded.
+        {
+          const file = new LazyFile(`${snap.dir}/${f.name}`, f, storage.counters);
+          let batches: RecordBatch[];
+          try {
+            batches = await storage.readGroup(file, g, [...columns, SEQ_COLUMN], true);
+          } finally {
+            file.close();
           }
-          const take = Math.min(room, seqs.length);
-          const cut = seqs[take - 1]!;
+          // The group's seqs as one sorted sequence over its batches, read by index, not copied.
+          const vecs = batches.map((b) => b.getChild(SEQ_COLUMN));
+          const sizes = batches.map((b) => b.numRows);
+          const total = sizes.reduce((a, x) => a + x, 0);
+          const seqAt = (i: number): bigint => {
+            let k = 0;
+            while (i >= sizes[k]!) i -= sizes[k++]!;
+            return (vecs[k]?.get(i) as bigint | null) ?? 0n;
+          };
+          let first = 0;
+          for (let k = 0; k < batches.length; k++) {
+            const u = upperBound(vecs[k] ?? null, sizes[k]!, since);
+            first += u;
+            if (u < sizes[k]!) break;
+          }
+          const left = total - first;
+          const take = Math.min(room, left);
+          const cut = seqAt(first + take - 1);
           // Legacy rows share seq 0: a unit takes all of them or none.
           let n = take;
-          while (n < seqs.length && seqs[n] === cut) n++;
+          while (n < left && seqAt(first + n) === cut) n++;
           rows += n;
           bytes += n * rowBytes;
           until = cut;
-          if (n < seqs.length || rows >= limits.maxRows) return { plan: done(until, rows, bytes, oldest), forcedAbove };
-        } finally {
-          reader.close();
+          if (n < left || rows >= limits.maxRows) return { plan: done(until, rows, bytes, oldest), forcedAbove };
         }
       }
     }
@@ -94,12 +111,7 @@ function done(until: bigint | null, rows: number, bytes: number, oldest: number)
 
 /** The hard-cap pruned ranges above `since`, from the current manifest (no data file opened). */
 export async function forcedAbove(store: PartitionStore, since: bigint): Promise<[bigint, bigint][]> {
-  const snap = await store.snapshot();
-  try {
-    return clipForced(snap.manifest.forcedPrunes, since);
-  } finally {
-    await snap.release();
-  }
+  return clipForced((await store.peekManifest()).forcedPrunes, since);
 }
 
 function clipForced(ranges: readonly [string, string][], since: bigint): [bigint, bigint][] {

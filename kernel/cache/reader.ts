@@ -33,6 +33,8 @@ export interface ReaderHost {
 }
 
 const NO_SINCE = -1n;
+/** Decoded row groups kept for the next read (each up to a row group of all read columns). */
+const RECENT_GROUPS = 3;
 
 /** A continuation this reader understands (v1, decimal seq), else an input error: never a guess. */
 function seqOf(c: Continuation, what: string): bigint {
@@ -67,6 +69,11 @@ export function upperBound(seqs: Vector | null, n: number, x: bigint): number {
 
 export class CacheStorage implements StorageService {
   readonly counters: ReadCounters = { filesOpened: 0, rowGroupsRead: 0, bytesRead: 0, rowsRead: 0 };
+  /**
+   * The last few row groups decoded: the next unit of a sequential export starts
+   * in one, and its plan has just decoded the one it ends in.
+   */
+  private readonly recentGroups = new Map<string, RecordBatch[]>();
 
   constructor(private readonly host: ReaderHost) {}
 
@@ -169,12 +176,16 @@ export class CacheStorage implements StorageService {
     });
   }
 
-  /** The core scan: seq-ordered batches of user columns within bounds, with their seqs. */
-  /** Kernel-internal: batches with the seq of every row (the exporter counts gaps with them). */
+  /**
+   * The core scan: seq-ordered batches of user columns within bounds, with the
+   * seq of every row (the exporter counts gaps with them). `reuse` keeps and
+   * reuses recently decoded row groups — for the exporter's sequential units.
+   */
   async *scan(
     store: PartitionStore,
     opts: ReadSinceOptions | undefined,
     cols: readonly ColumnSpec[],
+    reuse = false,
   ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[] }> {
     const snap = await store.snapshot();
     try {
@@ -183,7 +194,7 @@ export class CacheStorage implements StorageService {
       let prev = NO_SINCE;
       for (const f of snap.manifest.files) {
         if (!overlaps(f.minSeq, f.maxSeq, b.lo, b.hi)) continue;
-        yield* this.scanFile(`${snap.dir}/${f.name}`, f, b, cols, (first, last) => {
+        yield* this.scanFile(`${snap.dir}/${f.name}`, f, b, cols, reuse, (first, last) => {
           // Paired assertion: rows come out in seq order (legacy rows share 0).
           if (first < prev || (first === prev && first !== 0n)) {
             throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${store.dir}/${f.name}: seq ${first} read after ${prev}`);
@@ -201,17 +212,17 @@ export class CacheStorage implements StorageService {
     f: FileEntry,
     b: { lo: bigint; hi: bigint },
     cols: readonly ColumnSpec[],
+    reuse: boolean,
     order: (first: bigint, last: bigint) => void,
   ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[] }> {
     const groups = f.rowGroups.flatMap((rg, i) => (overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi) ? [i] : []));
     if (groups.length === 0) return;
-    const reader = await ParquetReader.open(path, this.counters, f);
+    // Only the columns asked for and the seq: row ids and batch ids are never decoded here.
+    const wanted = [...cols.map((c) => c.name), SEQ_COLUMN];
+    const file = new LazyFile(path, f, this.counters);
     try {
-      // Only the columns asked for and the seq: row ids and batch ids are never decoded here.
-      const wanted = [...cols.map((c) => c.name), SEQ_COLUMN].filter((c) => reader.has(c));
       for (const g of groups) {
-        this.counters.rowGroupsRead += 1;
-        for (const raw of await reader.readRowGroup(g, wanted)) {
+        for (const raw of await this.readGroup(file, g, wanted, reuse)) {
           const seqVec = raw.getChild(SEQ_COLUMN);
           const start = upperBound(seqVec, raw.numRows, b.lo);
           const end = upperBound(seqVec, raw.numRows, b.hi);
@@ -229,8 +240,30 @@ export class CacheStorage implements StorageService {
         }
       }
     } finally {
-      reader.close();
+      file.close();
     }
+  }
+
+  /**
+   * Decode one row group (these columns). With `reuse`, the last few decoded are
+   * kept and reused: units smaller than a row group, and the planner before
+   * them, decode it once, not once per unit. Safe: data files never change.
+   */
+  async readGroup(file: LazyFile, g: number, columns: readonly string[], reuse: boolean): Promise<RecordBatch[]> {
+    const key = `${file.path}#${g}#${columns.join(',')}`;
+    const hit = reuse ? this.recentGroups.get(key) : undefined;
+    if (hit) {
+      this.recentGroups.delete(key);
+      this.recentGroups.set(key, hit);
+      return hit;
+    }
+    this.counters.rowGroupsRead += 1;
+    const batches = await (await file.open()).readRowGroup(g, columns);
+    if (reuse) {
+      this.recentGroups.set(key, batches);
+      if (this.recentGroups.size > RECENT_GROUPS) this.recentGroups.delete(this.recentGroups.keys().next().value!);
+    }
+    return batches;
   }
 }
 
@@ -257,4 +290,25 @@ export function project(batch: RecordBatch, cols: readonly ColumnSpec[]): Record
   const schema = new Schema(fields);
   const data = makeData({ type: new Struct(fields), length: batch.numRows, nullCount: 0, children });
   return new RecordBatch(schema, data);
+}
+
+/** A data file opened on first need, once, and closed by its user. */
+export class LazyFile {
+  private reader: ParquetReader | undefined;
+
+  constructor(
+    readonly path: string,
+    private readonly entry: FileEntry,
+    private readonly counters: ReadCounters,
+  ) {}
+
+  async open(): Promise<ParquetReader> {
+    this.reader ??= await ParquetReader.open(this.path, this.counters, this.entry);
+    return this.reader;
+  }
+
+  close(): void {
+    this.reader?.close();
+    this.reader = undefined;
+  }
 }

@@ -14,9 +14,10 @@ import { HypsinkError } from '../../types/errors.js';
 import type { LifecycleHooks } from '../../types/hooks.js';
 import type { Logger } from '../../types/plugins.js';
 import type { DatasetSchema, Row } from '../../types/schema.js';
-import type { ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
+import type { NdjsonChunk, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache/cache.js';
+import { batchToNdjson } from '../cache/ndjson.js';
 import { forcedAbove, planUnit } from '../cache/planner.js';
 import { fault } from '../fault.js';
 import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
@@ -96,7 +97,7 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
   while (!env.signal.aborted) {
     if (!open) {
       const base: WatermarkRecord = advance?.rec ?? rec;
-      const facts = await planUnit(store, seqOf(base.continuation), limits, env.cache.storage.counters);
+      const facts = await planUnit(store, seqOf(base.continuation), limits, env.cache.storage, schema.columns.map((c) => c.name));
       if (!facts.plan) {
         const g = gapAdvance(base, facts.forcedAbove);
         if (g) {
@@ -208,9 +209,12 @@ async function shipUnit(
   }
   const storage = env.cache.storage;
   const store = env.cache.store(p);
-  // Every row of the unit was pruned since it was planned: nothing to ship (no empty blob);
-  // the advance counts them as a gap.
-  if ((await storage.countRowsSince(p, { since, until })) === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [] };
+  // Every row of the unit was pruned (hard cap) since it was planned: nothing to ship, no
+  // empty blob; the advance counts them as a gap. Only a forced prune can empty a unit.
+  const forced = await forcedAbove(store, seqOf(since));
+  if (countIn(forced, seqOf(since), BigInt(intent.until)) > 0 && (await storage.countRowsSince(p, { since, until })) === 0) {
+    return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [] };
+  }
   // Seqs of the last complete read of the unit, as runs of consecutive seqs: tells delivered
   // rows from rows pruned meanwhile without holding a seq per row.
   let seen: [bigint, bigint][] = [];
@@ -239,9 +243,17 @@ async function shipUnit(
     },
     async *batches(): AsyncIterable<RecordBatch> {
       const s: [bigint, bigint][] = [];
-      for await (const b of storage.scan(store, { since, until }, schema.columns)) {
+      for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
         for (const x of b.seqs) note(s, x);
         yield b.batch;
+      }
+      seen = s;
+    },
+    async *ndjson(): AsyncIterable<NdjsonChunk> {
+      const s: [bigint, bigint][] = [];
+      for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
+        for (const x of b.seqs) note(s, x);
+        yield { text: batchToNdjson(b.batch, schema.columns), rows: b.batch.numRows };
       }
       seen = s;
     },

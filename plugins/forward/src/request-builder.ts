@@ -65,9 +65,21 @@ export function encodePartitionValue(s: string): string {
 
 /** Read the unit's rows (in seq order) into one NDJSON body. */
 export async function buildRequest(unit: Unit, token: string | undefined): Promise<BatchRequest> {
-  const lines: string[] = [];
-  for await (const row of unit.rows()) lines.push(rowLine(row));
-  const body = Buffer.from(lines.length === 0 ? '' : `${lines.join('\n')}\n`, 'utf8');
+  const parts: string[] = [];
+  let rows = 0;
+  if (unit.ndjson) {
+    // The kernel's column-wise serializer: the same lines, without row objects.
+    for await (const chunk of unit.ndjson()) {
+      parts.push(chunk.text);
+      rows += chunk.rows;
+    }
+  } else {
+    for await (const row of unit.rows()) {
+      parts.push(`${rowLine(row)}\n`);
+      rows++;
+    }
+  }
+  const body = Buffer.from(parts.join(''), 'utf8');
   const headers: Record<string, string> = {
     'Content-Type': 'application/x-ndjson',
     'Content-Length': String(body.length),
@@ -75,5 +87,5 @@ export async function buildRequest(unit: Unit, token: string | undefined): Promi
     'X-Hyp-Batch-Id': unit.id,
   };
   if (token !== undefined) headers.Authorization = `Bearer ${token}`;
-  return { path: `/v1/ingest/${encodeSegment(unit.partition.dataset)}`, headers, body, rows: lines.length };
+  return { path: `/v1/ingest/${encodeSegment(unit.partition.dataset)}`, headers, body, rows };
 }
