@@ -44,7 +44,7 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
   const problems: string[] = [];
   const ledger = new Ledger();
   const watch = new WatermarkWatch(join(dir, 'state'));
-  const steps = int(6, 14);
+  const steps = int(5, 12);
   let armed = 0;
   try {
     for (let step = 0; step < steps; step++) {
