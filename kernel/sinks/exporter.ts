@@ -224,6 +224,15 @@ async function shipUnit(
     if (last && last[1] + 1n === s) last[1] = s;
     else runs.push([s, s]);
   };
+  /** The unit's batches from the cache, noting the seqs read (decoded row groups reused). */
+  async function* scanUnit(): AsyncIterable<RecordBatch> {
+    const s: [bigint, bigint][] = [];
+    for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
+      for (const x of b.seqs) note(s, x);
+      yield b.batch;
+    }
+    seen = s;
+  }
   const unit: Unit = {
     sink: sink.name,
     partition: p,
@@ -242,20 +251,10 @@ async function shipUnit(
       seen = s;
     },
     async *batches(): AsyncIterable<RecordBatch> {
-      const s: [bigint, bigint][] = [];
-      for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
-        for (const x of b.seqs) note(s, x);
-        yield b.batch;
-      }
-      seen = s;
+      for await (const b of scanUnit()) yield b;
     },
     async *ndjson(): AsyncIterable<NdjsonChunk> {
-      const s: [bigint, bigint][] = [];
-      for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
-        for (const x of b.seqs) note(s, x);
-        yield { text: batchToNdjson(b.batch, schema.columns), rows: b.batch.numRows };
-      }
-      seen = s;
+      for await (const b of scanUnit()) yield { text: batchToNdjson(b, schema.columns), rows: b.numRows };
     },
   };
   const result = await sink.shipper.ship(unit);
