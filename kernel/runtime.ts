@@ -145,12 +145,25 @@ export class Hypsink {
     const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[] };
     if (what.retention && m.retention) {
       const r = m.retention;
-      out.retention = await this.cache.retention({
-        maxAgeMs: r.maxAge !== undefined ? (parseDuration(r.maxAge) ?? undefined) : undefined,
-        maxRows: r.maxRows,
-        hardMaxRows: r.hardMaxRows,
-        ...(r.ackCoupled ? this.retentionGuards() : {}),
-      });
+      const pass = (hardMaxRows: number | undefined) =>
+        this.cache.retention({
+          maxAgeMs: r.maxAge !== undefined ? (parseDuration(r.maxAge) ?? undefined) : undefined,
+          maxRows: r.maxRows,
+          hardMaxRows,
+          ...(r.ackCoupled ? this.retentionGuards() : {}),
+        });
+      if (r.hardMaxRows === undefined || !r.ackCoupled) out.retention = await pass(r.hardMaxRows);
+      else {
+        // A forced prune runs with every export of the dataset's sinks held, so a unit
+        // shipped but not yet advanced is always held back (LLP 0006).
+        try {
+          out.retention = await this.driver.quiesce([...this.sinks.values()], () => pass(r.hardMaxRows));
+        } catch (e) {
+          if (!(e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
+          this.log.warn({ reason: e.message }, 'an export is running: this retention pass keeps to exported rows (no hard cap)');
+          out.retention = await pass(undefined);
+        }
+      }
       for (const x of out.retention) {
         if (x.prunedRows === 0) continue;
         if (x.forcedRows > 0) {

@@ -70,6 +70,24 @@ export class SinkDriver {
   }
 
   /**
+   * Run `fn` while no export of these sinks runs, here or in another process:
+   * each sink's tick section and export lock, taken in name order (so two
+   * callers cannot deadlock). A forced prune runs here, so the intents it holds
+   * back are exactly the units that may have been shipped.
+   * @ref LLP 0006: ack-coupled retention and gaps
+   */
+  async quiesce<T>(sinks: readonly SinkRuntime[], fn: () => Promise<T>): Promise<T> {
+    const sorted = [...sinks].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const hold = async (i: number): Promise<T> => {
+      const sink = sorted[i];
+      if (!sink) return fn();
+      await fsp.mkdir(sink.watermarks.stateDir, { recursive: true });
+      return this.ticks.run(sink.name, () => this.lock(sink).with('retention', () => hold(i + 1)));
+    };
+    return hold(0);
+  }
+
+  /**
    * One tick. `respectBackoff` false (the `export` command) retries outbox
    * partitions now; the daemon leaves them until their backoff has passed.
    */

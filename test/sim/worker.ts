@@ -55,7 +55,9 @@ async function run(m: WorkerOp): Promise<unknown> {
       return { ok: true, rows: r?.rows ?? 0, failed: r?.failed ?? 0, errors: r?.partitions.flatMap((p) => (p.error ? [p.error.message] : [])) };
     }
     case 'retention': {
-      const r = await k!.cache.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ...k!.retentionGuards() });
+      const pass = () => k!.cache.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ...k!.retentionGuards() });
+      // A forced prune holds every export, as `maintain` does.
+      const r = m.hardMaxRows === undefined ? await pass() : await k!.driver.quiesce([...k!.sinks.values()], pass);
       return { ok: true, pruned: r.reduce((n, x) => n + x.prunedRows, 0), forced: r.reduce((n, x) => n + x.forcedRows, 0) };
     }
     case 'compact':
