@@ -6,12 +6,13 @@
 import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import type { WorkerScript } from '../support/cache-worker.js';
+import { REPO, runNode } from '../support/proc.js';
 
-export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export { REPO };
+
 const WORKER = join(REPO, 'test/support/cache-worker.ts');
 
 export interface WorkerRun {
@@ -24,30 +25,13 @@ export interface WorkerRun {
 }
 
 /** Run the cache worker to completion (or death). */
-export function runWorker(script: WorkerScript, env: Record<string, string> = {}): Promise<WorkerRun> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(script)], {
-      cwd: REPO,
-      env: { ...process.env, HYPSINK_FAULT: '', HYPSINK_FAULT_AT: '', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => {
-      stdout += c.toString('utf8');
-    });
-    child.stderr.on('data', (c: Buffer) => {
-      stderr += c.toString('utf8');
-    });
-    child.on('error', reject);
-    child.on('close', (code, signal) => {
-      const events = stdout
-        .split('\n')
-        .filter((l) => l.startsWith('{'))
-        .map((l) => JSON.parse(l) as Record<string, unknown>);
-      resolve({ code, signal, stdout, stderr, pid: child.pid ?? -1, events });
-    });
-  });
+export async function runWorker(script: WorkerScript, env: Record<string, string> = {}): Promise<WorkerRun> {
+  const r = await runNode(['--import', 'tsx', WORKER, JSON.stringify(script)], { env });
+  const events = r.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  return { ...r, events };
 }
 
 /** Start the worker; `ready` resolves once it printed an event named `waitFor`, `exited` when it ends. */

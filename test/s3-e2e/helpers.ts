@@ -8,12 +8,10 @@
  * @ref LLP 0007 (S3 commit rule), LLP 0005 (write-ahead intent)
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import type { TestContext } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
@@ -23,9 +21,10 @@ import { createLogger } from '../../kernel/log.js';
 import { Hypsink, type PartitionStatus } from '../../kernel/runtime.js';
 import { type FaultProxy, type FaultRule, startFaultProxy } from '../support/fault-proxy.js';
 import { S3RVER_ACCESS_KEY_ID, type TestS3Server, startS3Server } from '../support/s3server.js';
+import { REPO, runNode } from '../support/proc.js';
 import { tempDir } from '../support/tmp.js';
 
-export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export { REPO };
 export const BIN = join(REPO, 'bin/hypsink.js');
 
 /**
@@ -219,25 +218,7 @@ export interface CliRun {
 
 /** The real `hypsink` CLI (bin/hypsink.js) in a child process. */
 export function runCli(args: readonly string[], env: Record<string, string | undefined> = {}, cwd = REPO): Promise<CliRun> {
-  const childEnv: NodeJS.ProcessEnv = { ...process.env, HYPSINK_FAULT: '', HYPSINK_FAULT_AT: '' };
-  delete childEnv.NODE_TEST_CONTEXT;
-  for (const [k, v] of Object.entries(env)) {
-    if (v === undefined) delete childEnv[k];
-    else childEnv[k] = v;
-  }
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => {
-      stdout += c.toString('utf8');
-    });
-    child.stderr.on('data', (c: Buffer) => {
-      stderr += c.toString('utf8');
-    });
-    child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
+  return runNode([BIN, ...args], { env, cwd });
 }
 
 /** `hypsink export --sink lake --json` in a child process; HYPSINK_FAULT selects a crash point. */

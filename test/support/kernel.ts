@@ -7,11 +7,9 @@
  * through the kernel's reader.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { promises as fsp, readFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
 import { Readable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { main } from '../../kernel/cli/main.js';
@@ -19,8 +17,9 @@ import { loadConfig } from '../../kernel/config/load.js';
 import { type IngestResult, ingestNdjson } from '../../kernel/ingest.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink, type StatusReport } from '../../kernel/runtime.js';
+import { type ProcResult, REPO, runNode } from './proc.js';
 
-export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export { REPO, type ProcResult };
 export const BIN = join(REPO, 'bin/hypsink.js');
 export const STEPS_CHILD = join(REPO, 'test/fixtures/cli-steps.ts');
 export const FIXTURE_PLUGINS = join(REPO, 'test/fixtures/plugins');
@@ -107,39 +106,15 @@ export async function cli(...args: string[]): Promise<CliResult> {
   return { code, out, err };
 }
 
-export interface ProcResult {
-  readonly code: number | null;
-  readonly signal: NodeJS.Signals | null;
-  readonly stdout: string;
-  readonly stderr: string;
-  readonly pid: number;
-}
-
 interface SpawnOpts {
   readonly cwd?: string;
   readonly env?: Record<string, string>;
   readonly input?: string;
 }
 
+/** Children log at warn unless a test asks for more. */
 function run(args: string[], opts: SpawnOpts): Promise<ProcResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, args, {
-      cwd: opts.cwd ?? REPO,
-      env: { ...process.env, HYPSINK_FAULT: '', HYPSINK_FAULT_AT: '', HYPSINK_LOG_LEVEL: 'warn', ...opts.env },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => {
-      stdout += c.toString('utf8');
-    });
-    child.stderr.on('data', (c: Buffer) => {
-      stderr += c.toString('utf8');
-    });
-    child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr, pid: child.pid ?? -1 }));
-    child.stdin.end(opts.input ?? '');
-  });
+  return runNode(args, { ...opts, env: { HYPSINK_LOG_LEVEL: 'warn', ...opts.env } });
 }
 
 /** `node bin/hypsink.js <args>`: the real CLI in a real process. */
