@@ -18,7 +18,7 @@ import type { NdjsonChunk, ShipResult, Unit, UnitLimits, UnitShipper } from '../
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache/cache.js';
 import { batchToNdjson } from '../cache/ndjson.js';
-import { forcedAbove, planUnit } from '../cache/planner.js';
+import { forcedAbove, planUnit, type UnitPlan } from '../cache/planner.js';
 import { fault } from '../fault.js';
 import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
 
@@ -94,10 +94,14 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
     }
   };
 
+  let ahead: Prefetch | null = null;
   while (!env.signal.aborted) {
     if (!open) {
       const base: WatermarkRecord = advance?.rec ?? rec;
-      const facts = await planUnit(store, seqOf(base.continuation), limits, env.cache.storage, schema.columns.map((c) => c.name));
+      const facts =
+        ahead && ahead.since === seqOf(base.continuation)
+          ? { plan: ahead.plan, forcedAbove: [] }
+          : await planUnit(store, seqOf(base.continuation), limits, env.cache.storage, schema.columns.map((c) => c.name));
       if (!facts.plan) {
         const g = gapAdvance(base, facts.forcedAbove);
         if (g) {
@@ -121,9 +125,14 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
     }
 
     let shipped: { result: ShipResult; seen: [bigint, bigint][] };
+    const pre = ahead;
+    ahead = null;
+    // A request sink waits on the network: plan and read the next unit meanwhile.
+    const next = sink.kind === 'request' ? prefetch(env, p, schema, BigInt(open.until), limits).catch(() => null) : null;
     try {
-      shipped = await shipUnit(env, sink, p, schema, open);
+      shipped = await shipUnit(env, sink, p, schema, open, pre ?? undefined);
     } catch (e) {
+      await next;
       if ((e as { tooLarge?: boolean }).tooLarge && !halved) {
         // The destination refused the size and stored nothing under this id: re-plan half as big, once.
         halved = true;
@@ -163,6 +172,7 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
       unit: open.unit,
     };
     open = null;
+    ahead = halved ? null : await next; // planned with the limits of a halved unit: plan afresh
     halved = false;
     limits = sink.policy.limits;
   }
@@ -195,12 +205,50 @@ function gapAdvance(base: WatermarkRecord, forced: readonly [bigint, bigint][]):
   return { rec: { ...base, continuation: cont(top.toString()), gapRows: base.gapRows + rows, intent: null }, rows };
 }
 
+/** Note a seq read into runs of consecutive seqs. */
+function note(runs: [bigint, bigint][], s: bigint): void {
+  const last = runs[runs.length - 1];
+  if (last && s === last[1]) return; // legacy rows share seq 0
+  if (last && last[1] + 1n === s) last[1] = s;
+  else runs.push([s, s]);
+}
+
+/** The next unit, planned and its NDJSON read while the current unit's request is in flight. */
+interface Prefetch {
+  readonly since: bigint;
+  readonly plan: UnitPlan;
+  readonly chunks: NdjsonChunk[];
+  readonly seen: [bigint, bigint][];
+}
+
+/**
+ * Plan the unit after `since` and read its NDJSON now. Request sinks wait on
+ * the network for each unit; reading the next one meanwhile hides that read.
+ * The rows cannot change before it ships: the tick holds the sink's lock,
+ * and a forced prune waits for it (LLP 0006); other prunes stay below the watermark.
+ * @ref LLP 0011: performance bounds
+ */
+async function prefetch(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, since: bigint, limits: UnitLimits): Promise<Prefetch | null> {
+  const store = env.cache.store(p);
+  const facts = await planUnit(store, since, limits, env.cache.storage, schema.columns.map((c) => c.name));
+  if (!facts.plan || env.signal.aborted) return null;
+  const chunks: NdjsonChunk[] = [];
+  const seen: [bigint, bigint][] = [];
+  const range = { since: since < 0n ? null : cont(since.toString()), until: cont(facts.plan.until) };
+  for await (const b of env.cache.storage.scan(store, range, schema.columns, true)) {
+    for (const x of b.seqs) note(seen, x);
+    chunks.push({ text: batchToNdjson(b.batch, schema.columns), rows: b.batch.numRows });
+  }
+  return { since, plan: facts.plan, chunks, seen };
+}
+
 async function shipUnit(
   env: ExportEnv,
   sink: SinkRuntime,
   p: PartitionRef,
   schema: DatasetSchema,
   intent: Intent,
+  pre?: Prefetch,
 ): Promise<{ result: ShipResult; seen: [bigint, bigint][] }> {
   const since = intent.since === null ? null : cont(intent.since);
   const until = cont(intent.until);
@@ -218,12 +266,6 @@ async function shipUnit(
   // Seqs of the last complete read of the unit, as runs of consecutive seqs: tells delivered
   // rows from rows pruned meanwhile without holding a seq per row.
   let seen: [bigint, bigint][] = [];
-  const note = (runs: [bigint, bigint][], s: bigint) => {
-    const last = runs[runs.length - 1];
-    if (last && s === last[1]) return; // legacy rows share seq 0
-    if (last && last[1] + 1n === s) last[1] = s;
-    else runs.push([s, s]);
-  };
   /** The unit's batches from the cache, noting the seqs read (decoded row groups reused). */
   async function* scanUnit(): AsyncIterable<RecordBatch> {
     const s: [bigint, bigint][] = [];
@@ -254,6 +296,11 @@ async function shipUnit(
       for await (const b of scanUnit()) yield b;
     },
     async *ndjson(): AsyncIterable<NdjsonChunk> {
+      if (pre && pre.plan.until === intent.until && pre.since === seqOf(since)) {
+        seen = pre.seen;
+        yield* pre.chunks;
+        return;
+      }
       for await (const b of scanUnit()) yield { text: batchToNdjson(b, schema.columns), rows: b.numRows };
     },
   };
