@@ -164,7 +164,8 @@ export function decodeParquet(path: string): { columns: string[]; rows: Json[] }
   return { columns, rows };
 }
 
-async function walk(dir: string, skip: string): Promise<string[]> {
+/** Every file under `dir` (none if it does not exist), sorted, skipping folders named `skip`. */
+export async function walkFiles(dir: string, skip?: string): Promise<string[]> {
   const out: string[] = [];
   let ents: import('node:fs').Dirent[];
   try {
@@ -176,7 +177,7 @@ async function walk(dir: string, skip: string): Promise<string[]> {
   for (const e of ents) {
     if (e.name === skip) continue;
     const p = join(dir, e.name);
-    if (e.isDirectory()) out.push(...(await walk(p, skip)));
+    if (e.isDirectory()) out.push(...(await walkFiles(p, skip)));
     else out.push(p);
   }
   return out.sort();
@@ -184,7 +185,7 @@ async function walk(dir: string, skip: string): Promise<string[]> {
 
 /** Every committed file under an export dir (the temp dir excluded), Parquet decoded. */
 export async function readExports(dir: string): Promise<ExportedFile[]> {
-  const files = await walk(dir, '.hypsink-tmp');
+  const files = await walkFiles(dir, '.hypsink-tmp');
   return files.map((path) => {
     const rel = relative(dir, path).split(sep).join('/');
     const m = /(?:^|\/)source=([^/]+)\//.exec(rel);

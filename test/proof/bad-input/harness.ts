@@ -19,7 +19,7 @@ import * as pw from 'parquet-wasm/node';
 import { readStored } from '../../../fixtures/receiver/server.js';
 import type { StatusReport } from '../../../kernel/runtime.js';
 import type { ErrorCode } from '../../../types/errors.js';
-import { BIN, type CliResult, cli, decodeParquet, REPO } from '../../support/kernel.js';
+import { BIN, type CliResult, cli, decodeParquet, REPO, walkFiles } from '../../support/kernel.js';
 
 export type Json = Record<string, unknown>;
 export { BIN, REPO };
@@ -196,24 +196,6 @@ export function assertExactlyOnce(found: readonly Delivered[], expected: readonl
   assert.deepEqual(missing, [], `${what}: valid rows never delivered`);
   const extra = [...count.keys()].filter((id) => !want.has(id));
   assert.deepEqual(extra, [], `${what}: rows delivered that were never validly ingested`);
-}
-
-async function walkFiles(dir: string, skip?: string): Promise<string[]> {
-  const out: string[] = [];
-  let ents: import('node:fs').Dirent[];
-  try {
-    ents = await fsp.readdir(dir, { withFileTypes: true });
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return out;
-    throw e;
-  }
-  for (const e of ents) {
-    if (e.name === skip) continue;
-    const p = join(dir, e.name);
-    if (e.isDirectory()) out.push(...(await walkFiles(p, skip)));
-    else out.push(p);
-  }
-  return out.sort();
 }
 
 export interface ExportFile {
