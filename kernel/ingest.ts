@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { HypsinkError } from '../types/errors.js';
 import { PARTITION_COLUMN } from '../types/schema.js';
-import { normalizeRow } from './cache/normalize.js';
+import { normalizeRowInto } from './cache/normalize.js';
 import { encodeSegment } from './cache/segments.js';
 import { lineBatches } from './io/lines.js';
 import type { Hypsink } from './runtime.js';
@@ -25,6 +25,12 @@ export interface IngestResult {
 }
 
 const FRAME_ROWS = 10_000;
+/**
+ * Flush every this many accepted rows while the input is still being read: the
+ * flush worker builds and encodes one segment while this thread parses the next
+ * (LLP 0013). Rows are durable in the spool from their frame on either way.
+ */
+const FLUSH_ROWS = 50_000;
 
 export async function ingestNdjson(
   k: Hypsink,
@@ -38,6 +44,7 @@ export async function ingestNdjson(
   const maxRowBytes = k.loaded.config.datasets[dataset]?.maxRowBytes ?? 1024 * 1024;
   const spool = { dataset, id: `ingest-${process.pid}-${randomBytes(4).toString('hex')}` };
   const ignore = new Set([PARTITION_COLUMN]);
+  const width = schema.columns.length + 1; // [source, ...values]
   const result: IngestResult = { accepted: 0, rejected: 0, deadLetter: null, samples: [] };
   let dead: fsp.FileHandle | undefined;
   let batch: unknown[][] = [];
@@ -52,6 +59,14 @@ export async function ingestNdjson(
     const rec = { at: new Date().toISOString(), dataset, source, file: label, line, reason, raw };
     await dead.write(JSON.stringify(rec) + '\n');
   };
+
+  const flush = async () => {
+    const r = await k.cache.flushTable(spool);
+    if (r.partitions.length > 0) await k.hooks.cacheFlushed.promise({ partitions: r.partitions });
+  };
+  // At most one flush in flight; it runs while the next rows are read.
+  let flushing: Promise<void> | null = null;
+  let sinceFlush = 0;
 
   let n = 0;
   try {
@@ -86,16 +101,26 @@ export async function ingestNdjson(
           await reject(n, `field "${PARTITION_COLUMN}" is ${JSON.stringify(row[PARTITION_COLUMN])} but --source is ${JSON.stringify(source)}`, raw);
           continue;
         }
-        const r = normalizeRow(schema, row, ignore);
-        if (!r.ok) {
-          await reject(n, r.reason, raw);
+        const values: unknown[] = new Array(width);
+        values[0] = source;
+        const reason = normalizeRowInto(schema, row, values, 1, ignore);
+        if (reason !== null) {
+          await reject(n, reason, raw);
           continue;
         }
-        batch.push([source, ...r.values]);
+        batch.push(values);
         result.accepted++;
         if (batch.length >= FRAME_ROWS) {
           await k.cache.appendValidated(spool, batch);
+          sinceFlush += batch.length;
           batch = [];
+          if (sinceFlush >= FLUSH_ROWS) {
+            await flushing;
+            flushing = flush();
+            // A failed flush surfaces at the next await; its rows stay spooled for the next flush.
+            flushing.catch(() => undefined);
+            sinceFlush = 0;
+          }
         }
       }
     }
@@ -106,10 +131,10 @@ export async function ingestNdjson(
       await dead.sync();
       await dead.close();
     }
+    await flushing?.catch(() => undefined);
   }
-  await k.cache.flushTable(spool).then(async (r) => {
-    if (r.partitions.length > 0) await k.hooks.cacheFlushed.promise({ partitions: r.partitions });
-  });
+  await flushing;
+  await flush();
   // The spool dir of this process is empty now; leave no trace of it.
   await fsp.rm(k.cache.spool(spool).dir, { recursive: true, force: true });
   return result;

@@ -218,6 +218,7 @@ export class Hypsink {
     this.abort.abort();
     await this.hooks.shutdown.promise();
     for (const s of this.sinks.values()) await s.shipper.close().catch(() => undefined);
+    await this.cache.close();
   }
 
   async deadLetterDir(): Promise<string> {

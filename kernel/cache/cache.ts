@@ -14,13 +14,14 @@ import { KeyedMutex } from '../mutex.js';
 import { SeqAllocator } from './allocator.js';
 import { commitRows } from './commit.js';
 import { type CompactResult, compactPartition } from './compaction.js';
+import { FlushEncoder } from './flush-encoder.js';
 import { normalizeRow } from './normalize.js';
 import { PartitionStore, partitionRef } from './partition.js';
 import { DEFAULT_ROW_GROUP_ROWS } from './parquet.js';
 import { CacheStorage } from './reader.js';
 import { type RetentionPolicy, type RetentionResult, retainPartition } from './retention.js';
 import { decodeSegment, encodeSegment } from './segments.js';
-import { readSegment, Spool, type SpoolRef } from './spool.js';
+import { Spool, type SpoolRef } from './spool.js';
 
 export interface CacheOptions {
   readonly root: string;
@@ -33,6 +34,8 @@ export interface CacheOptions {
   readonly rowGroupRows?: number;
   /** Compaction output files hold at most this many rows. */
   readonly compactFileRows?: number;
+  /** A sealed segment at least this big is built and encoded in a worker thread (LLP 0013). */
+  readonly workerMinBytes?: number;
 }
 
 export interface FlushResult {
@@ -51,6 +54,7 @@ export class Cache {
   /** One Spool (and so one spool lock object) per spool in this process. */
   private readonly spools = new Map<string, Spool>();
   private readonly opts: Required<Omit<CacheOptions, 'datasets' | 'root'>>;
+  private readonly encoder: FlushEncoder;
 
   private constructor(
     root: string,
@@ -64,7 +68,9 @@ export class Cache {
       segmentBytes: opts.segmentBytes ?? 64 * 1024 * 1024,
       rowGroupRows: opts.rowGroupRows ?? DEFAULT_ROW_GROUP_ROWS,
       compactFileRows: opts.compactFileRows ?? 1_000_000,
+      workerMinBytes: opts.workerMinBytes ?? 1024 * 1024,
     };
+    this.encoder = new FlushEncoder(this.opts.rowGroupRows, this.opts.workerMinBytes);
     this.allocator = new SeqAllocator(root, this.opts.seqBlockSize);
     this.writer = new ProcessLock(root, `cache ${root}`, {
       waitMs: this.opts.lockWaitMs,
@@ -82,6 +88,11 @@ export class Cache {
     await fsp.mkdir(join(opts.root, 'datasets'), { recursive: true });
     await fsp.mkdir(join(opts.root, 'spools'), { recursive: true });
     return new Cache(opts.root, opts.datasets, opts);
+  }
+
+  /** Release what the cache holds beyond files (the flush worker). */
+  async close(): Promise<void> {
+    await this.encoder.close();
   }
 
   schema(dataset: string): DatasetSchema {
@@ -206,33 +217,19 @@ export class Cache {
     return this.spoolMutex.run(spool.key, () => this.writer.with('flush', async () => {
       const result: FlushResult = { segments: 0, partitions: [] };
       for (const seg of await spool.seal()) {
-        const bySource = new Map<string, unknown[][]>();
-        for (const frame of await readSegment(seg.path)) {
-          // Map frame columns (as of append) onto the current schema: added columns read as null.
-          const idx = schema.columns.map((c) => frame.cols.indexOf(c.name));
-          for (const r of frame.rows) {
-            const source = r[0] as string;
-            let list = bySource.get(source);
-            if (!list) {
-              list = [];
-              bySource.set(source, list);
+        const built = await this.encoder.segment(seg.path, ref.dataset, schema);
+        try {
+          for (const { source, rows } of built.partitions) {
+            const store = new PartitionStore(this.root, partitionRef(ref.dataset, source));
+            const res = await this.partitionMutex.run(store.ref.path, () =>
+              commitRows(store, this.allocator, { rows, batchId: `${spool.key}#${seg.n}`, marker: { spool: spool.key, segment: seg.n } }),
+            );
+            if (res.committed && res.highWater) {
+              result.partitions.push({ partition: store.ref, rows: res.rows, highWater: res.highWater });
             }
-            list.push(idx.map((j) => (j < 0 ? null : r[j + 1])));
           }
-        }
-        for (const [source, rows] of bySource) {
-          const store = new PartitionStore(this.root, partitionRef(ref.dataset, source));
-          const res = await this.partitionMutex.run(store.ref.path, () =>
-            commitRows(
-              store,
-              this.allocator,
-              { schema, rows, batchId: `${spool.key}#${seg.n}`, marker: { spool: spool.key, segment: seg.n } },
-              this.opts.rowGroupRows,
-            ),
-          );
-          if (res.committed && res.highWater) {
-            result.partitions.push({ partition: store.ref, rows: res.rows, highWater: res.highWater });
-          }
+        } finally {
+          await built.release();
         }
         fault('flush.afterCommitAll');
         await fsp.rm(seg.path);

@@ -12,17 +12,23 @@ import { fault } from '../fault.js';
 import { writeNewFileDurable } from '../io/durable.js';
 import type { SeqAllocator } from './allocator.js';
 import { SEQ_COLUMN } from './columns.js';
-import { decorate } from './decorate.js';
 import { generationDir } from './generations.js';
 import type { FileEntry, RowGroupStats } from './manifest.js';
 import { manifestRows, writeManifest } from './manifest.js';
 import { encodeParquet } from './parquet.js';
 import type { PartitionStore } from './partition.js';
 
+/**
+ * Rows ready to commit: their count, and how to encode them once their seqs are
+ * allocated (in this thread or a flush worker's).
+ */
+export interface CommitRows {
+  readonly rows: number;
+  encode(firstSeq: bigint, batchId: string): Promise<EncodedFile>;
+}
+
 export interface CommitInput {
-  readonly schema: DatasetSchema;
-  /** Normalized values in schema column order. */
-  readonly rows: readonly (readonly unknown[])[];
+  readonly rows: CommitRows;
   readonly batchId: string;
   /** The spool segment these rows came from; recorded in the same manifest write. */
   readonly marker: { spool: string; segment: number };
@@ -62,19 +68,25 @@ export function tsRange(table: Table, schema: DatasetSchema): { minTs: number | 
   return lo <= hi ? { minTs: lo, maxTs: hi } : { minTs: null, maxTs: null };
 }
 
-/** Write a sorted, decorated table as a data file of `generation`; returns its manifest entry. */
-export async function writeDataFile(
-  store: PartitionStore,
-  generation: number,
-  table: Table,
-  schema: DatasetSchema,
-  rowGroupRows: number,
-  committedAt = Date.now(),
-): Promise<FileEntry> {
-  const rowGroups = seqStats(table, rowGroupRows);
+/** A data file encoded and described, not yet written: what a flush worker hands back. */
+export interface EncodedFile {
+  readonly bytes: Uint8Array;
+  readonly rows: number;
+  readonly rowGroups: RowGroupStats[];
+  readonly minTs: number | null;
+  readonly maxTs: number | null;
+}
+
+/** Encode a sorted, decorated table as Parquet with its manifest statistics. Pure: runs on any thread. */
+export function encodeDataFile(table: Table, schema: DatasetSchema, rowGroupRows: number): EncodedFile {
+  return { bytes: encodeParquet(table, rowGroupRows), rows: table.numRows, rowGroups: seqStats(table, rowGroupRows), ...tsRange(table, schema) };
+}
+
+/** Write an encoded file into `generation` durably; returns its manifest entry. */
+export async function writeEncodedFile(store: PartitionStore, generation: number, file: EncodedFile, committedAt = Date.now()): Promise<FileEntry> {
+  const { bytes, rows, rowGroups, minTs, maxTs } = file;
   const minSeq = rowGroups[0]?.minSeq ?? null;
   const maxSeq = rowGroups[rowGroups.length - 1]?.maxSeq ?? null;
-  const bytes = encodeParquet(table, rowGroupRows);
   // Seq ranges make names unique, except legacy (null seq) rows: several files may be all-legacy.
   const base = `data-${minSeq ?? 'legacy'}-${maxSeq ?? 'legacy'}`;
   let name = `${base}.parquet`;
@@ -87,7 +99,19 @@ export async function writeDataFile(
       name = `${base}-${k}.parquet`;
     }
   }
-  return { name, rows: table.numRows, bytes: bytes.byteLength, minSeq, maxSeq, rowGroups, ...tsRange(table, schema), committedAt };
+  return { name, rows, bytes: bytes.byteLength, minSeq, maxSeq, rowGroups, minTs, maxTs, committedAt };
+}
+
+/** Write a sorted, decorated table as a data file of `generation`; returns its manifest entry. */
+export async function writeDataFile(
+  store: PartitionStore,
+  generation: number,
+  table: Table,
+  schema: DatasetSchema,
+  rowGroupRows: number,
+  committedAt = Date.now(),
+): Promise<FileEntry> {
+  return writeEncodedFile(store, generation, encodeDataFile(table, schema, rowGroupRows), committedAt);
 }
 
 /** Commit rows into a partition. Caller holds the cache writer lock and the partition's mutex. */
@@ -95,7 +119,6 @@ export async function commitRows(
   store: PartitionStore,
   allocator: SeqAllocator,
   input: CommitInput,
-  rowGroupRows: number,
 ): Promise<CommitResult> {
   const { generation, manifest } = await store.current();
   const done = manifest.spools[input.marker.spool];
@@ -103,14 +126,13 @@ export async function commitRows(
     // A crash came after this partition's commit and before the segment was deleted.
     return { committed: false, rows: 0, highWater: null };
   }
-  const range = await allocator.allocate(input.rows.length);
-  const table = decorate(store.ref, input.schema.columns, input.rows, range.first, input.batchId);
-  const entry = await writeDataFile(store, generation, table, input.schema, rowGroupRows);
+  const range = await allocator.allocate(input.rows.rows);
+  const entry = await writeEncodedFile(store, generation, await input.rows.encode(range.first, input.batchId));
   fault('flush.afterDataFile');
   manifest.files.push(entry);
   manifest.committedRows = (manifest.committedRows ?? manifestRows(manifest) - entry.rows) + entry.rows;
   manifest.spools[input.marker.spool] = input.marker.segment;
   await writeManifest(store.manifestPath(generation), manifest);
   fault('flush.afterManifest');
-  return { committed: true, rows: input.rows.length, highWater: range.last.toString() };
+  return { committed: true, rows: input.rows.rows, highWater: range.last.toString() };
 }

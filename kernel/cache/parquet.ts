@@ -17,12 +17,14 @@ export const DEFAULT_ROW_GROUP_ROWS = 65_536;
 export const scratchCounters = (): ReadCounters => ({ filesOpened: 0, rowGroupsRead: 0, bytesRead: 0, rowsRead: 0 });
 
 export function encodeParquet(table: Table, rowGroupRows = DEFAULT_ROW_GROUP_ROWS): Uint8Array {
-  // Row ids are random by nature: compressing, dictionary-encoding or gathering
-  // stats on them costs a third of the encode time and gains nothing.
+  // Row ids are random by nature: compressing or gathering stats on them costs a
+  // third of the encode time and gains nothing. No column is dictionary-encoded:
+  // on the demo rows zstd alone gives smaller files (2.15 vs 2.30 MB per 50k rows)
+  // and encodes and decodes in half the time (LLP 0013).
   const props = new pw.WriterPropertiesBuilder()
     .setCompression(pw.Compression.ZSTD)
+    .setDictionaryEnabled(false)
     .setColumnCompression(ROW_ID_COLUMN, pw.Compression.UNCOMPRESSED)
-    .setColumnDictionaryEnabled(ROW_ID_COLUMN, false)
     .setColumnStatisticsEnabled(ROW_ID_COLUMN, pw.EnabledStatistics.None)
     .setMaxRowGroupSize(rowGroupRows)
     .build();

@@ -1,0 +1,136 @@
+/**
+ * Where a flush builds and encodes its rows. A segment of at least
+ * `workerMinBytes` goes to a worker thread, so an ingest keeps parsing on the
+ * main thread while the previous segment is hashed, columned and compressed on
+ * the other core; smaller segments are done in place, where a worker's start
+ * (≈ 0.2 s to load the loader, Arrow and Parquet) would cost more than it saves.
+ * Both paths run the same functions (segment-rows.ts).
+ * @ref LLP 0013: flush work off the main thread
+ */
+import { Worker } from 'node:worker_threads';
+import { promises as fsp } from 'node:fs';
+import { ERROR_CODES, type ErrorCode, HypsinkError } from '../../types/errors.js';
+import type { DatasetSchema } from '../../types/schema.js';
+import type { CommitRows, EncodedFile } from './commit.js';
+import { encodeRows, segmentRows } from './segment-rows.js';
+
+/** What the flush thread asks of the worker; each message also carries a call number for the reply. */
+export type WorkerJob =
+  | { op: 'prepare'; job: number; path: string; dataset: string; schema: DatasetSchema; rowGroupRows: number }
+  | { op: 'encode'; job: number; source: string; firstSeq: string; batchId: string }
+  | { op: 'release'; job: number };
+export type WorkerRequest = WorkerJob & { call: number };
+
+export type WorkerReply =
+  | { call: number; ok: true; groups?: { source: string; rows: number }[]; file?: EncodedFile }
+  | { call: number; ok: false; message: string; code?: string };
+
+/** A segment's partitions, each ready to commit; `release` frees what was not committed. */
+export interface SegmentCommit {
+  readonly partitions: readonly { readonly source: string; readonly rows: CommitRows }[];
+  release(): Promise<void>;
+}
+
+const IDLE_MS = 5_000;
+
+export class FlushEncoder {
+  private worker: Worker | undefined;
+  private readonly calls = new Map<number, { resolve: (r: WorkerReply & { ok: true }) => void; reject: (e: Error) => void }>();
+  private nextCall = 0;
+  private nextJob = 0;
+  private idle: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly rowGroupRows: number,
+    private readonly workerMinBytes: number,
+  ) {}
+
+  async segment(path: string, dataset: string, schema: DatasetSchema): Promise<SegmentCommit> {
+    const { size } = await fsp.stat(path);
+    return size >= this.workerMinBytes ? this.inWorker(path, dataset, schema) : this.inPlace(path, dataset, schema);
+  }
+
+  private async inPlace(path: string, dataset: string, schema: DatasetSchema): Promise<SegmentCommit> {
+    const parts = await segmentRows(path, dataset, schema);
+    return {
+      partitions: [...parts].map(([source, p]) => ({
+        source,
+        rows: { rows: p.rows, encode: async (firstSeq, batchId) => encodeRows(schema, p, firstSeq, batchId, this.rowGroupRows) },
+      })),
+      release: async () => parts.clear(),
+    };
+  }
+
+  private async inWorker(path: string, dataset: string, schema: DatasetSchema): Promise<SegmentCommit> {
+    const job = ++this.nextJob;
+    const { groups = [] } = await this.call({ op: 'prepare', job, path, dataset, schema, rowGroupRows: this.rowGroupRows });
+    return {
+      partitions: groups.map(({ source, rows }) => ({
+        source,
+        rows: {
+          rows,
+          encode: async (firstSeq, batchId) => {
+            const { file } = await this.call({ op: 'encode', job, source, firstSeq: firstSeq.toString(), batchId });
+            if (!file) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `flush worker returned no file for ${path} (${source})`);
+            return file;
+          },
+        },
+      })),
+      release: async () => {
+        await this.call({ op: 'release', job });
+      },
+    };
+  }
+
+  /** Stop the worker, if one runs. */
+  async close(): Promise<void> {
+    clearTimeout(this.idle);
+    const w = this.worker;
+    this.worker = undefined;
+    if (w) await w.terminate();
+  }
+
+  private call(m: WorkerJob): Promise<WorkerReply & { ok: true }> {
+    const w = this.start();
+    clearTimeout(this.idle);
+    const call = ++this.nextCall;
+    return new Promise((resolve, reject) => {
+      this.calls.set(call, { resolve, reject });
+      w.postMessage({ ...m, call } satisfies WorkerRequest);
+    });
+  }
+
+  private start(): Worker {
+    if (this.worker) return this.worker;
+    // The worker is TypeScript like the rest of the kernel: it registers the same loader first.
+    const tsx = import.meta.resolve('tsx/esm/api');
+    const entry = new URL('./flush-worker.ts', import.meta.url).href;
+    const w = new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); })`, {
+      eval: true,
+      // A flush allocates short-lived columns by the megabyte: a roomier young generation
+      // halves the time the worker spends in scavenges.
+      resourceLimits: { maxYoungGenerationSizeMb: 96 },
+    });
+    w.unref(); // an idle worker never holds the process open
+    w.on('message', (r: WorkerReply) => {
+      const pending = this.calls.get(r.call);
+      if (!pending) return;
+      this.calls.delete(r.call);
+      if (r.ok) pending.resolve(r);
+      else if (r.code !== undefined && r.code in ERROR_CODES) pending.reject(new HypsinkError(r.code as ErrorCode, r.message));
+      else pending.reject(new Error(`flush worker: ${r.message}`));
+      if (this.calls.size === 0) this.idle = setTimeout(() => void this.close(), IDLE_MS).unref();
+    });
+    const fail = (e: Error) => {
+      if (this.worker === w) this.worker = undefined;
+      for (const [call, p] of this.calls) {
+        this.calls.delete(call);
+        p.reject(new HypsinkError('HYPSINK_ERR_RETRYABLE', `flush worker stopped: ${e.message}; the segment stays in its spool and the next flush retries it`));
+      }
+    };
+    w.on('error', fail);
+    w.on('exit', (code) => fail(new Error(`exited with code ${code}`)));
+    this.worker = w;
+    return w;
+  }
+}

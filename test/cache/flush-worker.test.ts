@@ -1,0 +1,102 @@
+/**
+ * The flush worker (LLP 0013): a segment built and encoded in a worker thread
+ * commits exactly what the in-place path commits — same seqs, row ids, batch
+ * ids, values and manifest statistics — and its failures surface as the flush's,
+ * with the segment left in its spool.
+ * @ref LLP 0013
+ */
+import assert from 'node:assert/strict';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { Cache } from '../../kernel/cache/cache.js';
+import { EVENTS, EVENTS_V2, openCache, rows } from '../support/datasets.js';
+import { tempDir } from '../support/tmp.js';
+import { currentManifest, partitionDirs, readParquetRaw } from './helpers.js';
+
+const S1 = { dataset: 'events', id: 's1' };
+
+/** Append the same frames to a cache: three sources interleaved, one frame of an older schema. */
+async function fill(cache: Cache): Promise<void> {
+  await cache.appendRows(S1, ['source', 'id', 'ts', 'msg'], [...rows('web', 1, 40), ...rows('ios', 1, 25)]);
+  await cache.appendRows(S1, ['source', 'id', 'ts', 'msg'], [...rows('ios', 26, 10), ['web', 41, '2026-01-01T00:00:41.000Z', null]]);
+  await cache.appendRows(S1, ['source', 'id', 'ts', 'msg'], rows('android\u0000odd', 1, 7));
+}
+
+/** Every column of every file of every partition, and the manifests without their times. */
+async function contents(root: string): Promise<unknown> {
+  const out: Record<string, unknown> = {};
+  for (const dir of await partitionDirs(root)) {
+    const { manifest } = await currentManifest(dir);
+    const files = [];
+    for (const f of manifest.files) {
+      const { committedAt: _, ...entry } = f as typeof f & { committedAt?: number };
+      files.push({ entry, cols: await readParquetRaw(join(dir, `table-${(await currentManifest(dir)).generation}`, f.name)) });
+    }
+    out[dir.slice(root.length)] = files;
+  }
+  return out;
+}
+
+describe('flush worker', () => {
+  test('a segment built in the worker commits the same files as one built in place', async () => {
+    const inPlaceRoot = tempDir();
+    const workerRoot = tempDir();
+    const inPlace = await openCache(inPlaceRoot, { seqBlockSize: 8, rowGroupRows: 16, workerMinBytes: Number.MAX_SAFE_INTEGER });
+    const worker = await openCache(workerRoot, { seqBlockSize: 8, rowGroupRows: 16, workerMinBytes: 0 });
+    try {
+      await fill(inPlace);
+      await fill(worker);
+      const a = await inPlace.flushTable(S1);
+      const b = await worker.flushTable(S1);
+      assert.deepEqual(b, a);
+      assert.equal(a.partitions.length, 3);
+      const want = await contents(inPlaceRoot);
+      assert.deepEqual(await contents(workerRoot), want);
+      // The files hold the rows: 41 + 35 + 7, seqs from the allocator, ids hashed.
+      const total = Object.values(want as Record<string, { cols: { id: unknown[] } }[]>).flat().reduce((n, f) => n + f.cols.id.length, 0);
+      assert.equal(total, 83);
+    } finally {
+      await inPlace.close();
+      await worker.close();
+    }
+  });
+
+  test('frames of an older schema read the added column as null in the worker too', async () => {
+    const root = tempDir();
+    const old = await openCache(root);
+    await old.appendRows(S1, ['source', 'id', 'ts', 'msg'], rows('web', 1, 3));
+    const evolved = await Cache.open({ root, datasets: { events: EVENTS_V2 }, lockWaitMs: 2000, workerMinBytes: 0 });
+    try {
+      await evolved.appendRows(S1, ['source', 'id', 'ts', 'msg', 'level'], [['web', 4, '2026-01-01T00:00:04.000Z', 'm4', 'warn']]);
+      await evolved.flushTable(S1);
+      const [dir] = await partitionDirs(root);
+      const { generation, manifest } = await currentManifest(dir!);
+      const cols = await readParquetRaw(join(dir!, `table-${generation}`, manifest.files[0]!.name));
+      assert.deepEqual(cols.id!.map(Number), [1, 2, 3, 4]);
+      assert.deepEqual(cols.level, [null, null, null, 'warn']);
+    } finally {
+      await evolved.close();
+    }
+    assert.equal(EVENTS.columns.length + 1, EVENTS_V2.columns.length);
+  });
+
+  test('a corrupt segment fails the flush from the worker with its path, and stays in the spool', async () => {
+    const root = tempDir();
+    const cache = await openCache(root, { workerMinBytes: 0 });
+    try {
+      await cache.appendRows(S1, ['source', 'id', 'ts', 'msg'], rows('web', 1, 5));
+      const [seg] = await cache.spool(S1).seal();
+      await fsp.writeFile(seg!.path, '{"v":1,"cols":["id"],"rows":[["web"]]}\n{not json}\n');
+      await assert.rejects(cache.flushTable(S1), (e: Error & { code?: string }) => {
+        assert.equal(e.code, 'HYPSINK_ERR_CORRUPT');
+        assert.match(e.message, new RegExp(`${seg!.path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}.*line 1`));
+        return true;
+      });
+      await fsp.access(seg!.path);
+      assert.deepEqual(await partitionDirs(root), []);
+    } finally {
+      await cache.close();
+    }
+  });
+});
