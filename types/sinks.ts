@@ -35,7 +35,8 @@ export interface Unit {
 
 /** Complete NDJSON lines and how many rows they hold. */
 export interface NdjsonChunk {
-  readonly text: string;
+  /** The lines as UTF-8 bytes: `rows` complete lines, each ending in `\n`. */
+  readonly bytes: Uint8Array;
   readonly rows: number;
 }
 

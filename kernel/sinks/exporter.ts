@@ -17,7 +17,7 @@ import type { DatasetSchema, Row } from '../../types/schema.js';
 import type { NdjsonChunk, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache/cache.js';
-import { batchToNdjson } from '../cache/ndjson.js';
+import { NdjsonWriter } from '../cache/ndjson.js';
 import { forcedAbove, planUnit, type UnitPlan } from '../cache/planner.js';
 import { fault } from '../fault.js';
 import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
@@ -232,13 +232,15 @@ async function prefetch(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, 
   const store = env.cache.store(p);
   const facts = await planUnit(store, since, limits, env.cache.storage, schema.columns.map((c) => c.name));
   if (!facts.plan || env.signal.aborted) return null;
-  const chunks: NdjsonChunk[] = [];
   const seen: [bigint, bigint][] = [];
   const range = { since: since < 0n ? null : cont(since.toString()), until: cont(facts.plan.until) };
+  // The unit's batches into one buffer: the request body as is, no concatenation.
+  const out = new NdjsonWriter(schema.columns, facts.plan.rows);
   for await (const b of env.cache.storage.scan(store, range, schema.columns, true)) {
     for (const x of b.seqs) note(seen, x);
-    chunks.push({ text: batchToNdjson(b.batch, schema.columns), rows: b.batch.numRows });
+    out.append(b.batch);
   }
+  const chunks: NdjsonChunk[] = out.rows > 0 ? [{ bytes: out.bytes(), rows: out.rows }] : [];
   return { since, plan: facts.plan, chunks, seen };
 }
 
@@ -301,7 +303,10 @@ async function shipUnit(
         yield* pre.chunks;
         return;
       }
-      for await (const b of scanUnit()) yield { text: batchToNdjson(b, schema.columns), rows: b.numRows };
+      // One chunk for the unit, as prefetch builds it.
+      const out = new NdjsonWriter(schema.columns, Number(BigInt(intent.until) - seqOf(since)));
+      for await (const b of scanUnit()) out.append(b);
+      if (out.rows > 0) yield { bytes: out.bytes(), rows: out.rows };
     },
   };
   const result = await sink.shipper.ship(unit);

@@ -65,21 +65,25 @@ export function encodePartitionValue(s: string): string {
 
 /** Read the unit's rows (in seq order) into one NDJSON body. */
 export async function buildRequest(unit: Unit, token: string | undefined): Promise<BatchRequest> {
-  const parts: string[] = [];
+  let body: Buffer;
   let rows = 0;
   if (unit.ndjson) {
-    // The kernel's column-wise serializer: the same lines, without row objects.
+    // The kernel's column-wise serializer: the same lines' bytes, without row objects or strings.
+    const chunks: Uint8Array[] = [];
     for await (const chunk of unit.ndjson()) {
-      parts.push(chunk.text);
+      chunks.push(chunk.bytes);
       rows += chunk.rows;
     }
+    const only = chunks.length === 1 ? chunks[0]! : undefined;
+    body = only ? Buffer.from(only.buffer, only.byteOffset, only.byteLength) : Buffer.concat(chunks);
   } else {
+    const parts: string[] = [];
     for await (const row of unit.rows()) {
       parts.push(`${rowLine(row)}\n`);
       rows++;
     }
+    body = Buffer.from(parts.join(''), 'utf8');
   }
-  const body = Buffer.from(parts.join(''), 'utf8');
   const headers: Record<string, string> = {
     'Content-Type': 'application/x-ndjson',
     'Content-Length': String(body.length),
