@@ -24,9 +24,10 @@ export interface Unit {
   rows(): AsyncIterable<Row>;
   batches(): AsyncIterable<RecordBatch>;
   /**
-   * The same rows as NDJSON text, serialized by the kernel column by column:
-   * exactly the lines `JSON.stringify` of each row would give. Faster than
-   * `rows()` for request sinks; units the kernel builds always have it.
+   * The same rows as NDJSON (UTF-8 bytes), serialized by the kernel column by
+   * column straight from the cache's Arrow buffers: exactly the bytes of the
+   * lines `JSON.stringify` of each row would give. Faster than `rows()` for
+   * request sinks; units the kernel builds always have it.
    */
   ndjson?(): AsyncIterable<NdjsonChunk>;
   /** Aborted on shutdown: a shipper stops waiting and throws. */
