@@ -13,6 +13,7 @@ import { HypsinkError } from '../../types/errors.js';
 import { fault } from '../fault.js';
 import { fsyncDir, readJsonFile, syncFile, writeJsonAtomic } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
+import { KeyedMutex } from '../mutex.js';
 import { encodeSegment } from './segments.js';
 
 /** A frame as stored: column names at append time, then rows as [source, ...values]. */
@@ -38,6 +39,12 @@ export class Spool {
   readonly dir: string;
   readonly key: string;
   private readonly lock: ProcessLock;
+  /**
+   * The process lock is shared within a process, so appends and seals of this
+   * spool by one process are ordered here: a frame written into the file after a
+   * seal renamed it, and after the flush read it, would be deleted unflushed.
+   */
+  private readonly serial = new KeyedMutex();
 
   constructor(
     spoolsRoot: string,
@@ -57,7 +64,7 @@ export class Spool {
   async append(frame: Frame, maxBytes: number): Promise<void> {
     await fsp.mkdir(this.dir, { recursive: true });
     const line = JSON.stringify(frame) + '\n';
-    await this.lock.with('append', async () => {
+    await this.serial.run('', () => this.lock.with('append', async () => {
       const size = await cutTornTail(this.currentPath);
       const fh = await fsp.open(this.currentPath, 'a');
       try {
@@ -69,7 +76,7 @@ export class Spool {
       if (size === 0) await fsyncDir(this.dir);
       fault('spool.afterAppend');
       if (size + Buffer.byteLength(line) >= maxBytes) await this.sealLocked();
-    });
+    }));
   }
 
   /** Seal the current file (if it has frames) and list sealed segments in order. */
@@ -79,10 +86,12 @@ export class Spool {
     } catch {
       return [];
     }
-    return this.lock.with('seal', async () => {
-      await this.sealLocked();
-      return this.sealed();
-    });
+    return this.serial.run('', () =>
+      this.lock.with('seal', async () => {
+        await this.sealLocked();
+        return this.sealed();
+      }),
+    );
   }
 
   private async sealLocked(): Promise<void> {

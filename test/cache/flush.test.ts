@@ -257,6 +257,25 @@ describe('commit order = seq order', () => {
       Array.from({ length: 110 }, (_, i) => i),
     );
   });
+
+  test('appends racing flushes of their own spool in one process: every row exactly once', async () => {
+    // An ingest flushes while it still appends (LLP 0013). A frame written into a
+    // segment after the flush read it would be deleted with it, unflushed.
+    const root = tempDir();
+    const cache = await openCache(root);
+    const pending: Promise<unknown>[] = [];
+    for (let i = 0; i < 60; i++) {
+      pending.push(cache.appendRows(S1, COLS, rows('web', i * 50, 50)));
+      if (i % 3 === 0) pending.push(cache.flushTable(S1));
+    }
+    await Promise.all(pending);
+    await cache.flushTable(S1);
+    const ids = (await dumpPartition(join(root, 'datasets/events/source=web'))).map((r) => r.id).sort((a, b) => a - b);
+    assert.deepEqual(
+      ids,
+      Array.from({ length: 3000 }, (_, i) => i),
+    );
+  });
 });
 
 describe('writer lock', () => {
