@@ -33,11 +33,20 @@ export interface SegmentCommit {
 
 const IDLE_MS = 5_000;
 
+/** The worker exited or failed to start; a flush using it fails retryably and its segment stays in the spool. */
+class WorkerStopped extends HypsinkError {
+  constructor(why: string) {
+    super('HYPSINK_ERR_RETRYABLE', `flush worker stopped (${why}); the segment stays in its spool and the next flush retries it`);
+  }
+}
+
 export class FlushEncoder {
   private worker: Worker | undefined;
   private readonly calls = new Map<number, { resolve: (r: WorkerReply & { ok: true }) => void; reject: (e: Error) => void }>();
   private nextCall = 0;
   private nextJob = 0;
+  /** Jobs prepared in the worker and not yet released: the worker holds their rows. */
+  private readonly open = new Set<number>();
   private idle: NodeJS.Timeout | undefined;
 
   constructor(
@@ -63,7 +72,16 @@ export class FlushEncoder {
 
   private async inWorker(path: string, dataset: string, schema: DatasetSchema): Promise<SegmentCommit> {
     const job = ++this.nextJob;
-    const { groups = [] } = await this.call({ op: 'prepare', job, path, dataset, schema, rowGroupRows: this.rowGroupRows });
+    let groups: { source: string; rows: number }[];
+    this.open.add(job);
+    try {
+      ({ groups = [] } = await this.call({ op: 'prepare', job, path, dataset, schema, rowGroupRows: this.rowGroupRows }));
+    } catch (e) {
+      this.open.delete(job);
+      // A worker that could not start or died is no reason to fail the flush: build it here.
+      if (e instanceof WorkerStopped) return this.inPlace(path, dataset, schema);
+      throw e;
+    }
     return {
       partitions: groups.map(({ source, rows }) => ({
         source,
@@ -77,9 +95,17 @@ export class FlushEncoder {
         },
       })),
       release: async () => {
-        await this.call({ op: 'release', job });
+        this.open.delete(job);
+        if (this.worker) await this.call({ op: 'release', job });
+        else this.idleLater();
       },
     };
+  }
+
+  /** With nothing asked of it and no rows held, stop the worker after a while. */
+  private idleLater(): void {
+    clearTimeout(this.idle);
+    if (this.calls.size === 0 && this.open.size === 0) this.idle = setTimeout(() => void this.close(), IDLE_MS).unref();
   }
 
   /** Stop the worker, if one runs. */
@@ -107,9 +133,6 @@ export class FlushEncoder {
     const entry = new URL('./flush-worker.ts', import.meta.url).href;
     const w = new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); })`, {
       eval: true,
-      // A flush allocates short-lived columns by the megabyte: a roomier young generation
-      // halves the time the worker spends in scavenges.
-      resourceLimits: { maxYoungGenerationSizeMb: 96 },
     });
     w.unref(); // an idle worker never holds the process open
     w.on('message', (r: WorkerReply) => {
@@ -119,13 +142,13 @@ export class FlushEncoder {
       if (r.ok) pending.resolve(r);
       else if (r.code !== undefined && r.code in ERROR_CODES) pending.reject(new HypsinkError(r.code as ErrorCode, r.message));
       else pending.reject(new Error(`flush worker: ${r.message}`));
-      if (this.calls.size === 0) this.idle = setTimeout(() => void this.close(), IDLE_MS).unref();
+      this.idleLater();
     });
     const fail = (e: Error) => {
       if (this.worker === w) this.worker = undefined;
       for (const [call, p] of this.calls) {
         this.calls.delete(call);
-        p.reject(new HypsinkError('HYPSINK_ERR_RETRYABLE', `flush worker stopped: ${e.message}; the segment stays in its spool and the next flush retries it`));
+        p.reject(new WorkerStopped(e.message));
       }
     };
     w.on('error', fail);

@@ -10,6 +10,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { Cache } from '../../kernel/cache/cache.js';
+import { FlushEncoder } from '../../kernel/cache/flush-encoder.js';
 import { EVENTS, EVENTS_V2, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import { currentManifest, partitionDirs, readParquetRaw } from './helpers.js';
@@ -79,6 +80,27 @@ describe('flush worker', () => {
       await evolved.close();
     }
     assert.equal(EVENTS.columns.length + 1, EVENTS_V2.columns.length);
+  });
+
+  test('a worker stopped while it prepares: the segment is built in place instead', async () => {
+    const root = tempDir();
+    const cache = await openCache(root);
+    await cache.appendRows(S1, ['source', 'id', 'ts', 'msg'], rows('web', 1, 300));
+    const [seg] = await cache.spool(S1).seal();
+    const encoder = new FlushEncoder(64, 0);
+    // The worker takes well over 20 ms to start (loader, Arrow, parquet-wasm): it is stopped mid-prepare.
+    setTimeout(() => void encoder.close(), 20);
+    const built = await encoder.segment(seg!.path, 'events', EVENTS);
+    assert.deepEqual(
+      built.partitions.map((p) => [p.source, p.rows.rows]),
+      [['web', 300]],
+    );
+    // Rows held in this thread encode without a worker (one held by a stopped worker could not).
+    const file = await built.partitions[0]!.rows.encode(1000n, 'b');
+    assert.equal(file.rows, 300);
+    assert.deepEqual(file.rowGroups.map((g) => [g.minSeq, g.maxSeq]).at(-1), ['1256', '1299']);
+    await built.release();
+    await encoder.close();
   });
 
   test('a corrupt segment fails the flush from the worker with its path, and stays in the spool', async () => {
