@@ -96,7 +96,8 @@ export class FlushEncoder {
       })),
       release: async () => {
         this.open.delete(job);
-        if (this.worker) await this.call({ op: 'release', job });
+        // Freeing memory cannot fail a flush: a worker gone has freed it already.
+        if (this.worker) await this.call({ op: 'release', job }).catch(() => undefined);
         else this.idleLater();
       },
     };

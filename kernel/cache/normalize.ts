@@ -102,9 +102,18 @@ function normalizeInto(col: ColumnSpec, v: unknown, out: unknown[], at: number):
       }
       return `field "${col.name}" must be an ISO-8601 timestamp, got ${JSON.stringify(v).slice(0, 40)}`;
     }
-    case 'JSON':
-      out[at] = JSON.stringify(v);
+    case 'JSON': {
+      // Host rows (appendRows) are objects, not parsed text: they may hold what JSON cannot.
+      let text: string | undefined;
+      try {
+        text = JSON.stringify(v);
+      } catch (e) {
+        return `field "${col.name}" is not JSON-serializable (${(e as Error).message})`;
+      }
+      if (text === undefined) return `field "${col.name}" is not JSON-serializable (a ${typeof v})`;
+      out[at] = text;
       return null;
+    }
   }
 }
 

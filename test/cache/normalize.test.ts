@@ -49,6 +49,22 @@ describe('normalize', () => {
     }
   });
 
+  test('a JSON value that cannot be serialized is rejected naming the field, not thrown', () => {
+    const schema: DatasetSchema = { columns: [{ name: 'payload', type: 'JSON', nullable: true }] };
+    const circular: Record<string, unknown> = {};
+    circular.self = circular;
+    for (const [v, why] of [
+      [{ n: 1n }, /field "payload" is not JSON-serializable \(.*BigInt/],
+      [circular, /field "payload" is not JSON-serializable \(.*circular/i],
+      [() => 1, /field "payload" is not JSON-serializable \(a function\)/],
+    ] as const) {
+      const r = normalizeRow(schema, { payload: v });
+      assert.equal(r.ok, false);
+      assert.match((r as { reason: string }).reason, why);
+    }
+    assert.deepEqual(normalizeRow(schema, { payload: { a: [1, 'x'] } }), { ok: true, values: ['{"a":[1,"x"]}'] });
+  });
+
   test('a column named like an Object.prototype member is read only as an own field', () => {
     const schema: DatasetSchema = { columns: [{ name: 'constructor', type: 'STRING', nullable: true }, { name: 'n', type: 'INT64', nullable: false }] };
     assert.deepEqual(normalizeRow(schema, { n: 1 }), { ok: true, values: [null, 1] });
