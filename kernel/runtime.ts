@@ -8,7 +8,7 @@ import type { Logger as Pino } from 'pino';
 import { HypsinkError } from '../types/errors.js';
 import type { LifecycleHooks } from '../types/hooks.js';
 import type { PartitionRef } from '../types/storage.js';
-import type { UnitShipper } from '../types/sinks.js';
+import type { BlobDestination, UnitShipper } from '../types/sinks.js';
 import { Cache, type FlushResult } from './cache/cache.js';
 import { forcedAbove } from './cache/planner.js';
 import type { RetentionResult } from './cache/retention.js';
@@ -62,8 +62,15 @@ export class Hypsink {
     const host = new PluginHost(hooks, log, loaded.baseDir);
     for (const spec of c.plugins) await host.load(spec);
     const sinks = new Map<string, SinkRuntime>();
-    for (const [name, sc] of Object.entries(c.sinks)) sinks.set(name, await buildSink(loaded, log, host, name, sc));
-    host.close();
+    try {
+      for (const [name, sc] of Object.entries(c.sinks)) sinks.set(name, await buildSink(loaded, log, host, name, sc));
+      refuseSharedRoots(loaded, sinks);
+    } catch (e) {
+      for (const s of sinks.values()) await s.shipper.close().catch(() => undefined);
+      throw e;
+    } finally {
+      host.close();
+    }
     const cache = await Cache.open({
       root: loaded.cacheRoot,
       datasets: c.datasets,
@@ -256,6 +263,34 @@ function sinkStateDir(loaded: LoadedConfig, name: string): string {
   return join(loaded.stateDir, 'sinks', encodeSegment(name));
 }
 
+/** Where a destination puts its keys: its description of a key, less the key; undefined if it does not say. */
+function destinationRoot(d: BlobDestination): string | undefined {
+  const probe = 'hypsink-probe';
+  const where = d.describe(probe);
+  return where.endsWith(probe) ? where.slice(0, -probe.length) : undefined;
+}
+
+/**
+ * Two blob sinks sharing a root and a dataset would put their units under the
+ * same keys: the second would find the first's blob and count its own rows
+ * delivered, or add the same rows again under other unit bounds.
+ */
+function refuseSharedRoots(loaded: LoadedConfig, sinks: ReadonlyMap<string, SinkRuntime>): void {
+  const seen: SinkRuntime[] = [];
+  for (const s of sinks.values()) {
+    if (s.root === undefined) continue;
+    const other = seen.find((o) => o.root === s.root && o.datasets.some((d) => s.datasets.includes(d)));
+    if (other) {
+      const shared = other.datasets.filter((d) => s.datasets.includes(d));
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `${loaded.file ?? 'embedded default config'}: sinks "${other.name}" and "${s.name}" both write dataset ${shared.map((d) => `"${d}"`).join(', ')} to ${s.root}; give each sink its own dir or prefix`,
+      );
+    }
+    seen.push(s);
+  }
+}
+
 /** Build one sink from its config: the plugins it names must provide what its role needs. */
 async function buildSink(loaded: LoadedConfig, log: Pino, host: PluginHost, name: string, sc: SinkConfig): Promise<SinkRuntime> {
   const where = `${loaded.file ?? 'embedded default config'}: sink "${name}"`;
@@ -290,6 +325,7 @@ async function buildSink(loaded: LoadedConfig, log: Pino, host: PluginHost, name
     },
   };
   let shipper: UnitShipper;
+  let root: string | undefined;
   try {
     if (isBlobSink(sc)) {
       await need('writer', sc.writer, 'encoder');
@@ -297,6 +333,7 @@ async function buildSink(loaded: LoadedConfig, log: Pino, host: PluginHost, name
       const encoder = host.registry.encoders.get(sc.writer)!.create(sc.writerConfig, build);
       const destination = host.registry.destinations.get(sc.destination)!.create(sc.config, build);
       shipper = blobShipper(encoder, destination, BLOB_LIMITS);
+      root = destinationRoot(destination);
     } else {
       await need('plugin', sc.plugin, 'sink');
       shipper = host.registry.sinks.get(sc.plugin)!.create(sc.config, build);
@@ -315,6 +352,7 @@ async function buildSink(loaded: LoadedConfig, log: Pino, host: PluginHost, name
     datasets: sc.datasets,
     shipper,
     watermarks: new WatermarkStore(stateDir),
+    root,
     policy: {
       minRows: sc.minRows,
       maxDelayMs: sc.maxDelay !== undefined ? (parseDuration(sc.maxDelay) ?? 0) : sc.minRows > 1 ? 3_600_000 : 0,

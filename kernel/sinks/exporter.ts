@@ -35,6 +35,8 @@ export interface SinkRuntime {
   readonly shipper: UnitShipper;
   readonly watermarks: WatermarkStore;
   readonly policy: ExportPolicy;
+  /** A blob sink's root location (its destination's `describe` of a key, less the key), when known. */
+  readonly root?: string;
 }
 
 export interface PartitionOutcome {

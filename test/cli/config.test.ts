@@ -168,6 +168,13 @@ const BAD: BadCase[] = [
     file: false,
   },
   {
+    name: 'two blob sinks writing one dataset to the same dir (spelled differently)',
+    edit: (c) => {
+      c.sinks.copy = { ...archive(c), writer: '@hypsink/format-jsonl', config: { dir: './exports/' } };
+    },
+    says: [/sinks "archive" and "copy" both write dataset "events" to .*exports\/; give each sink its own dir or prefix/],
+  },
+  {
     name: 'unit.maxRows not a positive integer',
     edit: (c) => {
       archive(c).unit = { maxRows: 0 };
@@ -192,6 +199,20 @@ for (const c of BAD) {
     assert.equal(r.out, '');
   });
 }
+
+test('blob sinks may share a dir when they write different datasets, and other dirs always', async () => {
+  const dir = tempDir();
+  const cfg = sampleConfig();
+  cfg.datasets.other = cfg.datasets.events!;
+  cfg.sinks.others = { ...archive(cfg), datasets: ['other'] };
+  cfg.sinks.copy = { ...archive(cfg), config: { dir: 'exports-copy' } };
+  const r = await cli('status', '--json', '--config', await writeConfig(dir, cfg));
+  assert.equal(r.code, 0, r.err);
+  assert.deepEqual(
+    assertStatusShape(r.out).sinks.map((x) => x.name),
+    ['archive', 'others', 'copy'],
+  );
+});
 
 test('invalid JSON: the message gives line and column', async () => {
   const dir = tempDir();
