@@ -169,10 +169,10 @@ async function checkTidy(root: string, cache: Cache) {
   }
 }
 
-async function crashAndRecover(point: string | null, at: number) {
+async function crashAndRecover(point: string | null, at: number, extra: WorkerCacheOptions = {}) {
   const root = tempDir();
   const ackFile = join(root, 'acks.ndjson'); // beside the cache's own files; the cache ignores it
-  const script: WorkerScript = { root, opts: OPTS, ackFile, steps: STEPS };
+  const script: WorkerScript = { root, opts: { ...OPTS, ...extra }, ackFile, steps: STEPS };
   const run = await runWorker(script, point ? { HYPSINK_FAULT: point, HYPSINK_FAULT_AT: String(at) } : {});
   if (point) {
     assert.equal(run.signal, 'SIGKILL', `the child must die at ${point} (hit ${at}); it exited ${run.code}: ${run.stderr}`);
@@ -188,7 +188,7 @@ async function crashAndRecover(point: string | null, at: number) {
     : 0n;
 
   // Recovery, part 1: flush what the spools hold.
-  const cache = await openCache(root, { ...OPTS, lockWaitMs: 3000 });
+  const cache = await openCache(root, { ...OPTS, ...extra, lockWaitMs: 3000 });
   await cache.flushAll();
   const recovered = await observe(root, cache);
   checkRows(recovered, ack, 'recovered');
@@ -209,6 +209,7 @@ async function crashAndRecover(point: string | null, at: number) {
     young.every((k) => maintained.rows.has(k)),
     'no acknowledged row lost',
   );
+  await cache.close();
   return { run, ack, maintained };
 }
 
@@ -229,6 +230,15 @@ describe('cache crash matrix', { concurrency: 3 }, () => {
   for (const [point, at] of Object.entries(CASES)) {
     test(`crash at ${point} (hit ${at})`, async () => {
       await crashAndRecover(point, at);
+    });
+  }
+
+  // The flush points again with every segment built and encoded in the flush worker
+  // (LLP 0013): the worker writes nothing, so the same oracle holds.
+  for (const [point, at] of Object.entries(CASES).filter(([p]) => p.startsWith('flush.') || p.startsWith('alloc.'))) {
+    test(`crash at ${point} (hit ${at}), flush worker`, async () => {
+      const { run } = await crashAndRecover(point, at, { workerMinBytes: 0 });
+      assert.equal(run.signal, 'SIGKILL');
     });
   }
 });
