@@ -8,6 +8,7 @@
  */
 import type { Table } from 'apache-arrow';
 import type { DatasetSchema } from '../../types/schema.js';
+import { HypsinkError } from '../../types/errors.js';
 import { fault } from '../fault.js';
 import { writeNewFileDurable } from '../io/durable.js';
 import type { SeqAllocator } from './allocator.js';
@@ -127,7 +128,17 @@ export async function commitRows(
     return { committed: false, rows: 0, highWater: null };
   }
   const range = await allocator.allocate(input.rows.rows);
-  const entry = await writeEncodedFile(store, generation, await input.rows.encode(range.first, input.batchId));
+  const file = await input.rows.encode(range.first, input.batchId);
+  // Paired assertion across the thread boundary: the file holds exactly the seqs allocated.
+  const first = file.rowGroups[0]?.minSeq;
+  const last = file.rowGroups[file.rowGroups.length - 1]?.maxSeq;
+  if (file.rows !== input.rows.rows || first !== range.first.toString() || last !== range.last.toString()) {
+    throw new HypsinkError(
+      'HYPSINK_ERR_INVARIANT',
+      `${store.ref.key}: the encoded file holds ${file.rows} rows, seqs ${first}..${last}; allocated ${input.rows.rows}, ${range.first}..${range.last}`,
+    );
+  }
+  const entry = await writeEncodedFile(store, generation, file);
   fault('flush.afterDataFile');
   manifest.files.push(entry);
   manifest.committedRows = (manifest.committedRows ?? manifestRows(manifest) - entry.rows) + entry.rows;

@@ -10,10 +10,13 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { Cache } from '../../kernel/cache/cache.js';
+import { commitRows } from '../../kernel/cache/commit.js';
+import { prepareRows } from '../../kernel/cache/decorate.js';
 import { FlushEncoder } from '../../kernel/cache/flush-encoder.js';
+import { encodeRows } from '../../kernel/cache/segment-rows.js';
 import { EVENTS, EVENTS_V2, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
-import { currentManifest, partitionDirs, readParquetRaw } from './helpers.js';
+import { currentManifest, partitionDirs, readParquetRaw, walk } from './helpers.js';
 
 const S1 = { dataset: 'events', id: 's1' };
 
@@ -101,6 +104,29 @@ describe('flush worker', () => {
     assert.deepEqual(file.rowGroups.map((g) => [g.minSeq, g.maxSeq]).at(-1), ['1256', '1299']);
     await built.release();
     await encoder.close();
+  });
+
+  test('a file whose seqs differ from the allocation is refused before it is written', async () => {
+    const root = tempDir();
+    const cache = await openCache(root);
+    try {
+      const store = cache.store(cache.partition('events', 'web'));
+      const rows = prepareRows(store.ref, EVENTS.columns, [[1, Date.parse('2026-01-01T00:00:01Z'), 'a']]);
+      // An encoder that stamps the wrong seqs (as a broken worker would).
+      const off = { rows: 1, encode: async (first: bigint, batchId: string) => encodeRows(EVENTS, rows, first + 7n, batchId, 64) };
+      await assert.rejects(
+        commitRows(store, cache.allocator, { rows: off, batchId: "b", marker: { spool: "x", segment: 0 } }),
+        (e: Error & { code?: string }) => e.code === 'HYPSINK_ERR_INVARIANT' && /allocated 1, (\d+)\.\.\1/.test(e.message),
+      );
+      const [dir] = await partitionDirs(root);
+      assert.deepEqual((await currentManifest(dir!)).manifest.files, []);
+      assert.deepEqual(
+        (await walk(dir!)).filter((f) => f.endsWith('.parquet')),
+        [],
+      );
+    } finally {
+      await cache.close();
+    }
   });
 
   test('a corrupt segment fails the flush from the worker with its path, and stays in the spool', async () => {
