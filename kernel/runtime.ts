@@ -136,8 +136,9 @@ export class Hypsink {
     const out: [bigint, bigint][] = [];
     for (const s of this.sinks.values()) {
       if (!s.datasets.includes(p.dataset)) continue;
-      const i = (await s.watermarks.read(p)).intent;
-      if (i) out.push([i.since === null ? 0n : BigInt(i.since) + 1n, BigInt(i.until)]);
+      const { intent: i, next } = await s.watermarks.read(p);
+      // The next unit may have shipped too: it is sent as soon as the intent is acknowledged.
+      if (i) out.push([i.since === null ? 0n : BigInt(i.since) + 1n, BigInt((next ?? i).until)]);
     }
     return out;
   }

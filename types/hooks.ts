@@ -69,7 +69,11 @@ export interface LifecycleHooks {
   readonly tickEnd: AsyncSeriesHook<[TickEndEvent]>;
   readonly partitionExported: AsyncSeriesHook<[PartitionExportedEvent]>;
   readonly partitionFailed: AsyncSeriesHook<[PartitionFailedEvent]>;
-  /** Sync: fired inside the export loop right after the durable write; must not block. */
+  /**
+   * Sync: fired inside the export loop right after the durable write that
+   * carries the advance; must not block. One write may carry several units'
+   * advances (fired in order), so the watermark on disk may already be past `to`.
+   */
   readonly watermarkAdvanced: SyncHook<[WatermarkAdvancedEvent]>;
   readonly gapDetected: AsyncSeriesHook<[GapEvent]>;
   /** Fan-out: every plugin closes at once so shutdown is bounded by the slowest, not the sum. */

@@ -5,9 +5,12 @@
  *      that one atomic write also carries the previous unit's advance;
  *   3. the unit is shipped idempotently (create-if-absent / batch-id ledger);
  *   4. the watermark advances to `until`, the intent clears.
+ * A request sink records the next unit as `next` while the current one is in
+ * flight, and sends it as soon as the current one is acknowledged.
  * Rows pruned by the hard cap before this sink had them are counted as a gap.
  * @ref LLP 0005: write-ahead intent
  * @ref LLP 0006: ack-coupled retention and gaps
+ * @ref LLP 0014: the next intent
  */
 import type { RecordBatch } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
@@ -82,32 +85,57 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
   const schema = env.cache.schema(p.dataset);
   let rec = await sink.watermarks.read(p);
   let open: Intent | null = rec.intent;
-  let advance: Advance | null = null;
+  /** The unit recorded durably as `next`: it ships once `open` is acknowledged, with no write of its own. */
+  let queued: Intent | null = rec.next ?? null;
+  /** Advances not yet durable, in order; the next write carries the last one's record. */
+  let pending: Advance[] = [];
+  /** The record as of every acknowledgment so far: what the next write starts from. */
+  const logical = (): WatermarkRecord => pending[pending.length - 1]?.rec ?? rec;
   let limits = sink.policy.limits;
   let halved = false;
 
-  /** Durably write `next`, which carries any pending advance, and announce that advance. */
+  /** Durably write `next`, which carries every pending advance, and announce them. */
   const write = async (next: WatermarkRecord) => {
-    const a = advance;
+    const carried = pending;
     rec = await sink.watermarks.write(p, rec, next);
-    advance = null;
-    if (a?.rec.continuation) {
-      env.hooks.watermarkAdvanced.call({ sink: sink.name, partition: p, from: a.from, to: a.rec.continuation, unit: a.unit });
+    pending = pending.slice(carried.length);
+    for (const a of carried) {
+      if (a.rec.continuation) {
+        env.hooks.watermarkAdvanced.call({ sink: sink.name, partition: p, from: a.from, to: a.rec.continuation, unit: a.unit });
+      }
     }
+  };
+
+  /**
+   * While `cur` is in flight (request sinks): plan the unit after it, record it
+   * durably as `next` (the same write carries any pending advance), and read its
+   * body. A unit already recorded as `next` by an earlier run is read as it is.
+   * @ref LLP 0014: the next intent is written while the current unit is in flight
+   */
+  const lookAhead = async (cur: Intent, recorded: Intent | null): Promise<{ intent: Intent; pre: Prefetch } | null> => {
+    const pre = await prefetch(env, p, schema, BigInt(cur.until), limits, recorded?.until);
+    if (!pre) return null;
+    if (recorded) return { intent: recorded, pre };
+    const until = cont(pre.plan.until);
+    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until) };
+    await write({ ...logical(), intent: cur, next: intent });
+    fault('export.afterIntent');
+    return { intent, pre };
   };
 
   let ahead: Prefetch | null = null;
   while (!env.signal.aborted) {
+    if (!open && queued) {
+      open = queued;
+      queued = null;
+    }
     if (!open) {
-      const base: WatermarkRecord = advance?.rec ?? rec;
-      const facts =
-        ahead && ahead.since === seqOf(base.continuation)
-          ? { plan: ahead.plan, forcedAbove: [] }
-          : await planUnit(store, seqOf(base.continuation), limits, env.cache.storage, schema.columns.map((c) => c.name));
+      const base = logical();
+      const facts = await planUnit(store, seqOf(base.continuation), limits, env.cache.storage, schema.columns.map((c) => c.name));
       if (!facts.plan) {
         const g = gapAdvance(base, facts.forcedAbove);
         if (g) {
-          advance = { rec: g.rec, from: advance?.from ?? rec.continuation, unit: '(gap)' };
+          pending.push({ rec: g.rec, from: base.continuation, unit: '(gap)' });
           out.gapRows += g.rows;
         }
         break;
@@ -122,32 +150,41 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
       }
       const until = cont(facts.plan.until);
       open = { since: base.continuation?.seq ?? null, until: until.seq, unit: sink.shipper.unitId(p, base.continuation, until) };
-      await write({ ...base, intent: open });
+      await write({ ...base, intent: open, next: null });
       fault('export.afterIntent');
     }
 
     let shipped: { result: ShipResult; seen: [bigint, bigint][] };
     const pre = ahead;
     ahead = null;
-    // A request sink waits on the network: plan and read the next unit meanwhile.
-    const next = sink.kind === 'request' ? prefetch(env, p, schema, BigInt(open.until), limits).catch(() => null) : null;
+    // A request sink waits on the network: record and read the next unit meanwhile. Not
+    // while a halved unit ships: the next one is planned afresh at the full size.
+    const look = sink.kind === 'request' && !halved ? lookAhead(open, queued) : null;
+    look?.catch(() => undefined); // awaited below, on every path
     try {
       shipped = await shipUnit(env, sink, p, schema, open, pre ?? undefined);
     } catch (e) {
-      await next;
+      await look?.catch(() => undefined);
       if ((e as { tooLarge?: boolean }).tooLarge && !halved) {
-        // The destination refused the size and stored nothing under this id: re-plan half as big, once.
+        // The destination refused the size and stored nothing under this id (nor under the
+        // next unit's, not sent yet): re-plan half as big, once.
         halved = true;
         const since = open.since === null ? null : cont(open.since);
         const rows = await env.cache.storage.countRowsSince(p, { since, until: cont(open.until) });
         limits = { maxRows: Math.max(1, Math.floor(rows / 2)), maxBytes: Math.max(1, Math.floor(limits.maxBytes / 2)) };
-        await write({ ...rec, intent: null });
+        await write({ ...logical(), intent: null, next: null });
         open = null;
+        queued = null;
         continue;
       }
+      // Keep what was acknowledged before this unit: a retry then starts at this unit, not before it.
+      if (pending.length > 0) await write(logical()).catch(() => undefined);
       throw e;
     }
+    // The record the look-ahead wrote is the one this unit's advance builds on.
+    const following = look ? await look : null;
     fault('export.afterShip');
+    const nextUp = following?.intent ?? queued;
     const since = open.since === null ? null : cont(open.since);
     const forced = await forcedAbove(store, seqOf(since));
     const forcedSeen = shipped.seen.reduce((n, [a, b]) => n + countIn(forced, a - 1n, b), 0);
@@ -160,26 +197,30 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
     out.bytes += shipped.result.bytes;
     out.units += 1;
     out.gapRows += gap;
-    advance = {
+    const before = logical();
+    pending.push({
       rec: {
-        ...rec,
+        ...before,
         continuation: cont(open.until),
-        exportedRowCount: rec.exportedRowCount + rows,
-        gapRows: rec.gapRows + gap,
-        intent: null,
+        exportedRowCount: before.exportedRowCount + rows,
+        gapRows: before.gapRows + gap,
+        // The next unit, if recorded, is the intent now: it may ship before this advance is written.
+        intent: nextUp,
+        next: null,
         lastExportAt: new Date().toISOString(),
         lastError: null,
       },
-      from: rec.continuation,
+      from: before.continuation,
       unit: open.unit,
-    };
+    });
     open = null;
-    ahead = halved ? null : await next; // planned with the limits of a halved unit: plan afresh
+    queued = nextUp;
+    ahead = following?.pre ?? null;
     halved = false;
     limits = sink.policy.limits;
   }
-  if (advance) {
-    await write((advance as Advance).rec);
+  if (pending.length > 0) {
+    await write(logical());
     fault('export.afterAdvance');
   }
   if (out.gapRows > 0) {
@@ -230,9 +271,20 @@ interface Prefetch {
  * and a forced prune waits for it (LLP 0006); other prunes stay below the watermark.
  * @ref LLP 0011: performance bounds
  */
-async function prefetch(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, since: bigint, limits: UnitLimits): Promise<Prefetch | null> {
+async function prefetch(
+  env: ExportEnv,
+  p: PartitionRef,
+  schema: DatasetSchema,
+  since: bigint,
+  limits: UnitLimits,
+  /** The unit's end when it is already recorded: read exactly it, plan nothing. */
+  fixedUntil?: string,
+): Promise<Prefetch | null> {
   const store = env.cache.store(p);
-  const facts = await planUnit(store, since, limits, env.cache.storage, schema.columns.map((c) => c.name));
+  const facts =
+    fixedUntil !== undefined
+      ? { plan: { until: fixedUntil, rows: Number(BigInt(fixedUntil) - since), estBytes: 0, oldestCommittedAt: 0 } }
+      : await planUnit(store, since, limits, env.cache.storage, schema.columns.map((c) => c.name));
   if (!facts.plan || env.signal.aborted) return null;
   const seen: [bigint, bigint][] = [];
   const range = { since: since < 0n ? null : cont(since.toString()), until: cont(facts.plan.until) };

@@ -28,6 +28,13 @@ export interface WatermarkRecord {
   readonly exportedRowCount: number;
   readonly updatedAt: string;
   readonly intent: Intent | null;
+  /**
+   * The unit after `intent`, recorded while `intent` is in flight so that it can
+   * ship the moment `intent` is acknowledged (request sinks). Shipped only after
+   * `intent`; both are finished, in order, before anything new is planned.
+   * Absent in records written before it existed. @ref LLP 0014
+   */
+  readonly next?: Intent | null;
   /** Rows pruned (hard cap) before this sink exported them. */
   readonly gapRows: number;
   readonly lastExportAt: string | null;
@@ -48,6 +55,12 @@ export function checkRecord(v: unknown): string | null {
     if (!i || (i.since !== null && !isDecimalSeq(i.since)) || !isDecimalSeq(i.until) || typeof i.unit !== 'string') return 'bad intent';
     if (i.since !== null && BigInt(i.since) >= BigInt(i.until)) return `intent since ${i.since} is not below until ${i.until}`;
     if ((i.since === null ? -1n : BigInt(i.since)) !== seqOf(r.continuation)) return 'intent does not start at the watermark';
+  }
+  const n = r.next ?? null;
+  if (n !== null) {
+    if (!n || n.since === null || !isDecimalSeq(n.since) || !isDecimalSeq(n.until) || typeof n.unit !== 'string') return 'bad next intent';
+    if (r.intent === null || n.since !== r.intent.until) return 'next intent does not start where the intent ends';
+    if (BigInt(n.since) >= BigInt(n.until)) return `next intent since ${n.since} is not below until ${n.until}`;
   }
   return null;
 }

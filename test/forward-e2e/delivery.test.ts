@@ -94,7 +94,8 @@ test('1. two sources, unit.maxRows 7: every row once, one batch id per chunk, th
           `${s}: one advance per shipped batch, in order`,
         );
         for (const e of evs) {
-          assert.equal(e.onDisk, e.to.seq, 'the advance was durable when announced');
+          // One write may carry several advances: the watermark on disk is at or past this one.
+          assert.ok(e.onDisk !== null && BigInt(e.onDisk) >= BigInt(e.to.seq), `the advance to ${e.to.seq} was durable when announced (disk: ${e.onDisk})`);
           assert.equal(String(batchRange(e.unit).until), e.to.seq);
           assert.equal(e.from ? Number(e.from.seq) : null, batchRange(e.unit).since);
         }

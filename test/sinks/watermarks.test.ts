@@ -70,11 +70,33 @@ test('watermark store paired assertions: never backwards, an intent starts at th
   await refused({ ...at10, intent: { since: '5', until: '20', unit: 'u' } }, /intent does not start at the watermark/);
   await refused({ ...at10, intent: { since: '10', until: '10', unit: 'u' } }, /not below until/);
   await refused({ ...at10, exportedRowCount: -1 }, /exportedRowCount/);
+  // A next intent (LLP 0014) follows the intent without a hole, and only with one.
+  const i20 = { since: '10', until: '20', unit: 'u' };
+  await refused({ ...at10, intent: null, next: { since: '20', until: '30', unit: 'v' } }, /next intent does not start where the intent ends/);
+  await refused({ ...at10, intent: i20, next: { since: '21', until: '30', unit: 'v' } }, /next intent does not start where the intent ends/);
+  await refused({ ...at10, intent: i20, next: { since: '20', until: '20', unit: 'v' } }, /next intent since 20 is not below until 20/);
   const withIntent = await store.write(p, r10, { ...at10, intent: { since: '10', until: '20', unit: 'u' } });
   assert.deepEqual((await store.read(p)).intent, withIntent.intent);
   // A record damaged on disk is refused on read.
   await fsp.writeFile(store.path(p), JSON.stringify({ ...withIntent, intent: { since: '3', until: '20', unit: 'u' } }));
   await assert.rejects(store.read(p), (e: unknown) => isHypsinkError(e) && e.code === 'HYPSINK_ERR_CORRUPT' && e.message.includes(store.path(p)));
+});
+
+test('retention holds an intent and its next unit: both may be in flight', async () => {
+  const dir = tempDir();
+  const { k } = await openKernel(await writeConfig(dir, sampleConfig()));
+  try {
+    const p = k.cache.partition('events', 'web');
+    const store = k.sink('archive').watermarks;
+    const zero = await store.read(p);
+    assert.deepEqual(await k.inFlight(p), []);
+    const one = await store.write(p, zero, { ...zero, intent: { since: null, until: '7', unit: 'a' } });
+    assert.deepEqual(await k.inFlight(p), [[0n, 7n]]);
+    await store.write(p, one, { ...one, intent: { since: null, until: '7', unit: 'a' }, next: { since: '7', until: '14', unit: 'b' } });
+    assert.deepEqual(await k.inFlight(p), [[0n, 14n]]);
+  } finally {
+    await k.close();
+  }
 });
 
 test('export of an unknown sink is a config error (exit 2)', async () => {
