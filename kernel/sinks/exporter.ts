@@ -142,8 +142,8 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
       }
       if (out.units === 0 && facts.plan.rows < sink.policy.minRows) {
         // The plan is cut at the unit bounds: count every pending row before holding them back.
-        const pending = await env.cache.storage.countRowsSince(p, { since: base.continuation });
-        if (waitForMore(sink.policy, pending, facts.plan.oldestCommittedAt)) {
+        const waiting = await env.cache.storage.countRowsSince(p, { since: base.continuation });
+        if (waitForMore(sink.policy, waiting, facts.plan.oldestCommittedAt)) {
           out.waiting = true;
           break;
         }
