@@ -89,8 +89,11 @@ function normalizeInto(col: ColumnSpec, v: unknown, out: unknown[], at: number):
         out[at] = fast;
         return null;
       }
-      if (typeof v === 'string' && ISO_DATE.test(v) && realDate(v)) {
-        const ms = Date.parse(v);
+      const iso = typeof v === 'string' ? ISO_DATE.exec(v) : null;
+      if (iso && realDate(v as string)) {
+        // A date-time without a zone is UTC, as a date alone is: never the machine's local time,
+        // so the same row gets the same instant wherever it is ingested.
+        const ms = Date.parse(iso[1] !== undefined && iso[4] === undefined ? `${(v as string).replace(' ', 'T')}Z` : (v as string));
         if (!Number.isNaN(ms)) {
           out[at] = ms;
           return null;

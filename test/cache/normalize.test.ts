@@ -65,6 +65,24 @@ describe('normalize', () => {
     assert.deepEqual(normalizeRow(schema, { payload: { a: [1, 'x'] } }), { ok: true, values: ['{"a":[1,"x"]}'] });
   });
 
+  test('a date-time without a zone is UTC, whatever the time zone of the machine', () => {
+    const tz = process.env.TZ;
+    try {
+      for (const zone of ['America/New_York', 'Asia/Kolkata', 'UTC']) {
+        process.env.TZ = zone;
+        assert.deepEqual(ts('2026-11-29T10:00:00'), { ok: true, values: [Date.UTC(2026, 10, 29, 10)] }, zone);
+        assert.deepEqual(ts('2026-11-29 10:00'), { ok: true, values: [Date.UTC(2026, 10, 29, 10)] }, zone);
+        assert.deepEqual(ts('2026-11-29T10:00:00.250'), { ok: true, values: [Date.UTC(2026, 10, 29, 10, 0, 0, 250)] }, zone);
+        // An explicit zone is kept, and a date alone was UTC already.
+        assert.deepEqual(ts('2026-11-29T10:00:00+02:00'), { ok: true, values: [Date.UTC(2026, 10, 29, 8)] }, zone);
+        assert.deepEqual(ts('2026-11-29'), { ok: true, values: [Date.UTC(2026, 10, 29)] }, zone);
+      }
+    } finally {
+      if (tz === undefined) delete process.env.TZ;
+      else process.env.TZ = tz;
+    }
+  });
+
   test('a column named like an Object.prototype member is read only as an own field', () => {
     const schema: DatasetSchema = { columns: [{ name: 'constructor', type: 'STRING', nullable: true }, { name: 'n', type: 'INT64', nullable: false }] };
     assert.deepEqual(normalizeRow(schema, { n: 1 }), { ok: true, values: [null, 1] });
