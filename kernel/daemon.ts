@@ -18,6 +18,11 @@ export class Daemon {
   private readonly jobs: Cron[] = [];
   private readonly running = new Set<Promise<unknown>>();
   private stopped = false;
+  /** Sinks with a prompt tick asked for and not yet started. */
+  private readonly requested = new Set<string>();
+  /** Sinks whose tick is flushing: rows it flushes are exported by that same tick. */
+  private readonly flushing = new Set<string>();
+  private unlisten: (() => void) | undefined;
 
   constructor(
     private readonly k: Hypsink,
@@ -37,8 +42,19 @@ export class Daemon {
         }),
       );
     }
+    this.unlisten = this.k.onTickRequest((sink) => this.requestTick(sink));
     // The first tick of every sink runs now, not at the first cron fire.
     for (const sink of this.k.sinks.values()) this.track(this.tick(sink.name));
+  }
+
+  /** A sink asked to export promptly (e.g. on `cacheFlushed`): one more tick, soon. */
+  private requestTick(sink: string): void {
+    if (this.stopped || this.requested.has(sink) || this.flushing.has(sink) || !this.k.sinks.has(sink)) return;
+    this.requested.add(sink);
+    setImmediate(() => {
+      this.requested.delete(sink);
+      this.track(this.tick(sink));
+    });
   }
 
   private track<T>(p: Promise<T>): Promise<T> {
@@ -52,7 +68,12 @@ export class Daemon {
 
   async tick(sink: string): Promise<void> {
     if (this.stopped) return;
-    await this.k.flush();
+    this.flushing.add(sink);
+    try {
+      await this.k.flush();
+    } finally {
+      this.flushing.delete(sink);
+    }
     const [r] = await this.k.export(sink, { respectBackoff: true });
     if (r) this.opts.onTick?.(r);
   }
@@ -61,6 +82,7 @@ export class Daemon {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
+    this.unlisten?.();
     for (const j of this.jobs) j.stop();
     const drain = Promise.all([...this.running]);
     // Parked waits (backpressure) are aborted at once; running units finish or abandon cleanly.

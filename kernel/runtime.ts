@@ -46,6 +46,7 @@ export class Hypsink {
     readonly log: Pino,
     readonly hooks: LifecycleHooks,
     readonly sinks: ReadonlyMap<string, SinkRuntime>,
+    private readonly tickRequests: TickRequests,
   ) {
     const d = loaded.config.driver;
     this.driver = new SinkDriver(
@@ -62,8 +63,9 @@ export class Hypsink {
     const host = new PluginHost(hooks, log, loaded.baseDir);
     for (const spec of c.plugins) await host.load(spec);
     const sinks = new Map<string, SinkRuntime>();
+    const tickRequests = new TickRequests();
     try {
-      for (const [name, sc] of Object.entries(c.sinks)) sinks.set(name, await buildSink(loaded, log, host, name, sc));
+      for (const [name, sc] of Object.entries(c.sinks)) sinks.set(name, await buildSink(loaded, log, host, name, sc, tickRequests));
       refuseSharedRoots(loaded, sinks);
     } catch (e) {
       for (const s of sinks.values()) await s.shipper.close().catch(() => undefined);
@@ -82,7 +84,7 @@ export class Hypsink {
     if (loaded.unknownKeys.length > 0) {
       log.warn({ file: loaded.file, keys: loaded.unknownKeys }, `config keys ignored (unknown; a typo?): ${loaded.unknownKeys.join(', ')}`);
     }
-    return new Hypsink(loaded, cache, log, hooks, sinks);
+    return new Hypsink(loaded, cache, log, hooks, sinks, tickRequests);
   }
 
   get signal(): AbortSignal {
@@ -91,6 +93,11 @@ export class Hypsink {
 
   sinkStateDir(name: string): string {
     return sinkStateDir(this.loaded, name);
+  }
+
+  /** Listen for sinks asking for a prompt tick (`SinkBuildContext.requestTick`); returns the unsubscribe. */
+  onTickRequest(listener: (sink: string) => void): () => void {
+    return this.tickRequests.listen(listener);
   }
 
   sink(name: string): SinkRuntime {
@@ -293,7 +300,28 @@ function refuseSharedRoots(loaded: LoadedConfig, sinks: ReadonlyMap<string, Sink
 }
 
 /** Build one sink from its config: the plugins it names must provide what its role needs. */
-async function buildSink(loaded: LoadedConfig, log: Pino, host: PluginHost, name: string, sc: SinkConfig): Promise<SinkRuntime> {
+/** Prompt-tick requests from sinks, for whoever schedules ticks (the daemon); dropped when nobody listens. */
+class TickRequests {
+  private readonly listeners = new Set<(sink: string) => void>();
+
+  listen(listener: (sink: string) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  request(sink: string): void {
+    for (const l of this.listeners) l(sink);
+  }
+}
+
+async function buildSink(
+  loaded: LoadedConfig,
+  log: Pino,
+  host: PluginHost,
+  name: string,
+  sc: SinkConfig,
+  tickRequests: TickRequests,
+): Promise<SinkRuntime> {
   const where = `${loaded.file ?? 'embedded default config'}: sink "${name}"`;
   const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
     if (!host.kindOf(spec)) {
@@ -324,6 +352,7 @@ async function buildSink(loaded: LoadedConfig, log: Pino, host: PluginHost, name
       if (!(point in FAULT_POINTS)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `fault point "${point}" is not declared in kernel/fault.ts`);
       fault(point as FaultPoint);
     },
+    requestTick: () => tickRequests.request(name),
   };
   let shipper: UnitShipper;
   let root: string | undefined;

@@ -111,6 +111,13 @@ export interface SinkBuildContext {
    * durable boundary a plugin owns.
    */
   fault?(point: string): void;
+  /**
+   * Ask for a tick of this sink soon, e.g. from a `cacheFlushed` tap, to export
+   * new rows promptly instead of at the next scheduled tick. `hypsink run`
+   * honours it: requests made before the tick starts coalesce into one, and a
+   * tick never overlaps another of the same sink. Elsewhere it does nothing.
+   */
+  requestTick?(): void;
 }
 
 export interface EncoderFactory {
