@@ -72,7 +72,7 @@ export class PluginHost {
       this.checkApiVersion(manifest);
       for (const req of manifest.requires ?? []) await this.load(req);
       const activate = await this.importActivate(manifest, dir);
-      await this.activate(manifest, activate);
+      await this.activate(manifest, activate, dirname(dir) === BUILTIN_DIR);
       this.loaded.set(dir, manifest);
       return manifest;
     } finally {
@@ -143,9 +143,13 @@ export class PluginHost {
     throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${dir} (tried ${candidates.join(', ')})`);
   }
 
-  private async activate(m: PluginManifest, activate: ActivateFn): Promise<void> {
+  private async activate(m: PluginManifest, activate: ActivateFn, builtin: boolean): Promise<void> {
     const register = <F extends { name: string }>(cap: Capability, map: Map<string, F>) => (f: F) => {
       if (this.closed) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: registration is closed once the kernel has started`);
+      // Built-ins load on first use: a name of theirs taken earlier would silently replace them.
+      if (!builtin && f.name.startsWith(BUILTIN_PREFIX)) {
+        throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: "${f.name}" is in the reserved ${BUILTIN_PREFIX} scope of the built-in plugins; give it a name of your own`);
+      }
       if (!m.provides.includes(cap)) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name} registers a ${cap} but plugin.json "provides" lacks "${cap}"`);
       if (this.kindOf(f.name)) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: "${f.name}" is already registered`);
       map.set(f.name, f);

@@ -164,7 +164,7 @@ test('registration after the kernel has started is refused', async () => {
   }
 });
 
-test('bad plugin folders: missing manifest, bad manifest, API major mismatch, no activate, duplicate name', async () => {
+test('bad plugin folders: missing manifest, bad manifest, API major mismatch, no activate, duplicate or reserved name', async () => {
   const dir = tempDir();
   const make = async (name: string, manifest: unknown, module?: string) => {
     await fsp.mkdir(join(dir, name, 'src'), { recursive: true });
@@ -179,6 +179,9 @@ test('bad plugin folders: missing manifest, bad manifest, API major mismatch, no
   const same = "export default (ctx) => ctx.registerEncoder({ name: 'p-same', create() {} });\n";
   await make('dup1', { name: 'p-dup1', version: '1.0.0', provides: ['encoder'] }, same);
   await make('dup2', { name: 'p-dup2', version: '1.0.0', provides: ['encoder'] }, same);
+  // A built-in's name taken before the built-in loads (on first use) would replace it unseen.
+  const squat = "export default (ctx) => ctx.registerDestination({ name: '@hypsink/local-fs', create() {} });\n";
+  await make('squat', { name: 'p-squat', version: '1.0.0', provides: ['destination'] }, squat);
   const cases: [string | string[], RegExp][] = [
     ['./none', /unknown plugin "\.\/none": .*none\/plugin\.json does not exist/],
     ['./broken', /plugin \.\/broken: .*plugin\.json is not valid JSON/],
@@ -186,6 +189,7 @@ test('bad plugin folders: missing manifest, bad manifest, API major mismatch, no
     ['./future', /plugin p-future targets plugin API 2\.0\.0; this hypsink implements 1\./],
     ['./noactivate', /plugin p-noactivate: .*exports no activate function/],
     [['./dup1', './dup2'], /plugin p-dup2: "p-same" is already registered/],
+    ['./squat', /plugin p-squat: "@hypsink\/local-fs" is in the reserved @hypsink\/ scope of the built-in plugins/],
   ];
   for (const [spec, re] of cases) {
     const cfg = sampleConfig();
