@@ -14,7 +14,7 @@ import type { BenchContext } from '../lib/context.js';
 import { figure, type FigureGroup, ge } from '../lib/figure.js';
 import { fillPartition } from '../lib/fill.js';
 import { forwardSink, openKernel, tick, writeWorkspace } from '../lib/kernel.js';
-import { delta, median, settle, snapshot, timed } from '../lib/measure.js';
+import { delta, pairedRates, settle, snapshot, timed } from '../lib/measure.js';
 import type { ReadCounters } from '../../types/storage.js';
 import { post, spawnReceiver, type StoredBatch, storedBatches } from '../lib/receiver.js';
 
@@ -93,18 +93,12 @@ export const forwardVsRaw: FigureGroup = {
     } finally {
       await receiver.close();
     }
-    const exportRate = rows / (median(exportMs) / 1000);
-    const rawRate = rows / (median(rawMs) / 1000);
-    // Each export and its raw run are neighbours in time: the median of their
-    // ratios cancels slow swings of the machine's load.
-    const paired = median(exportMs.map((e, i) => rawMs[i]! / e));
+    const { paired, details } = pairedRates(rows, exportMs, rawMs);
     ctx.detail('forward_export_vs_raw_post', {
       rows,
       requestsPerExport: units,
       readsPerExport: reads,
-      exportRowsPerS: Math.round(exportRate),
-      rawRowsPerS: Math.round(rawRate),
-      ratioOfMedians: Math.round((exportRate / rawRate) * 1000) / 1000,
+      ...details,
       exportMs: exportMs.map(Math.round),
       exportCpuMs: exportCpuMs.map(Math.round),
       rawMs: rawMs.map(Math.round),

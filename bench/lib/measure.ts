@@ -8,6 +8,24 @@ export function median(xs: readonly number[]): number {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
+/**
+ * An export's rows/s against a raw baseline's, from repetitions that alternate
+ * the two. The figure is the median of per-pair ratios: each export and its raw
+ * run are neighbours in time, so slow swings of the machine's load cancel.
+ */
+export function pairedRates(rows: number, exportMs: readonly number[], rawMs: readonly number[]) {
+  const exportRate = rows / (median(exportMs) / 1000);
+  const rawRate = rows / (median(rawMs) / 1000);
+  return {
+    paired: median(exportMs.map((e, i) => rawMs[i]! / e)),
+    details: {
+      exportRowsPerS: Math.round(exportRate),
+      rawRowsPerS: Math.round(rawRate),
+      ratioOfMedians: Math.round((exportRate / rawRate) * 1000) / 1000,
+    },
+  };
+}
+
 /** Wall time of `fn` in ms, with its result. */
 export async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }> {
   const t0 = performance.now();

@@ -11,8 +11,6 @@ import { test } from 'node:test';
 import {
   archive,
   assertExactlyOnce,
-  assertStatusShape,
-  cli,
   eventLines,
   type ExportedFile,
   ingest,
@@ -25,16 +23,13 @@ import {
   sampleConfig,
   unitRange,
   writeConfig,
+  cliStatus,
 } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
 const names = (fs: readonly ExportedFile[]) => fs.map((f) => f.rel);
 
-async function status(config: string) {
-  const r = await cli('status', '--json', '--config', config);
-  assert.equal(r.code, 0, r.err);
-  return assertStatusShape(r.out);
-}
+const status = cliStatus;
 
 test('a tick with nothing new writes nothing; N new rows → exactly N rows in exactly the new files; status --json', async () => {
   const dir = tempDir();

@@ -13,15 +13,8 @@ import { join, relative } from 'node:path';
 import { test } from 'node:test';
 import { isHypsinkError } from '../../types/errors.js';
 import { BIN, FIXTURE_PLUGINS, ingest, openKernel, partitionStatus, range, runBin, sampleConfig, writeConfig } from '../support/kernel.js';
+import { until } from '../support/proc.js';
 import { tempDir } from '../support/tmp.js';
-
-async function until(cond: () => boolean, ms: number, what: string): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 test('a second exporter of a locked sink fails fast with HYPSINK_ERR_LOCKED naming the holder pid', async () => {
   const dir = tempDir();

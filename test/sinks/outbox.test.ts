@@ -10,7 +10,6 @@ import { join, relative } from 'node:path';
 import { test } from 'node:test';
 import {
   assertExactlyOnce,
-  assertStatusShape,
   cli,
   FIXTURE_PLUGINS,
   ingest,
@@ -20,14 +19,11 @@ import {
   readExports,
   sampleConfig,
   writeConfig,
+  cliStatus,
 } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
-async function status(config: string) {
-  const r = await cli('status', '--json', '--config', config);
-  assert.equal(r.code, 0, r.err);
-  return assertStatusShape(r.out);
-}
+const status = cliStatus;
 
 test('local-fs: a partition whose folder is a regular file fails alone, is respooled, and exports every row once when fixed', async () => {
   const dir = tempDir();

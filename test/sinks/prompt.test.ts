@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import { Daemon } from '../../kernel/daemon.js';
 import type { TickReport } from '../../kernel/sinks/driver.js';
 import { FIXTURE_PLUGINS, ingest, openKernel, range, sampleConfig, writeConfig } from '../support/kernel.js';
+import { until } from '../support/proc.js';
 import { tempDir } from '../support/tmp.js';
 
 function received(dir: string, out: string): number[] {
@@ -19,14 +20,6 @@ function received(dir: string, out: string): number[] {
     .split('\n')
     .filter(Boolean)
     .flatMap((l) => (JSON.parse(l) as { rows: { id: number }[] }).rows.map((r) => r.id));
-}
-
-async function until(what: string, ok: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!ok()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 test('under `run`, a sink that asks for a tick on cacheFlushed exports new rows before its next scheduled tick', async () => {
@@ -44,12 +37,12 @@ test('under `run`, a sink that asks for a tick on cacheFlushed exports new rows 
   const daemon = new Daemon(k, { onTick: (r) => ticks.push(r) });
   try {
     daemon.start();
-    await until('the first tick of each sink', () => ticks.length >= 2);
+    await until(() => ticks.length >= 2, 10_000, 'the first tick of each sink');
     await ingest(k, 'web', 1, 3);
-    await until('the prompt sink to export', () => received(dir, 'prompt').length === 3);
+    await until(() => received(dir, 'prompt').length === 3, 10_000, 'the prompt sink to export');
     assert.deepEqual(received(dir, 'prompt'), range(1, 3));
     await ingest(k, 'web', 4, 2);
-    await until('the second export', () => received(dir, 'prompt').length === 5);
+    await until(() => received(dir, 'prompt').length === 5, 10_000, 'the second export');
     assert.deepEqual(received(dir, 'prompt'), range(1, 5), 'every row once');
     // The other sink waits for its schedule: no tick of its own past the first.
     assert.deepEqual(received(dir, 'lazy'), []);

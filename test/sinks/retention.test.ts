@@ -13,7 +13,6 @@ import type { GapEvent } from '../../types/hooks.js';
 import {
   archive,
   assertExactlyOnce,
-  assertStatusShape,
   cli,
   eventLines,
   ingest,
@@ -24,14 +23,11 @@ import {
   readExports,
   sampleConfig,
   writeConfig,
+  cliStatus,
 } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
-async function status(config: string) {
-  const r = await cli('status', '--json', '--config', config);
-  assert.equal(r.code, 0, r.err);
-  return assertStatusShape(r.out);
-}
+const status = cliStatus;
 
 async function maintain(config: string, ...flags: string[]): Promise<string> {
   const r = await cli('maintain', ...flags, '--config', config);

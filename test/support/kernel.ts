@@ -244,6 +244,13 @@ export const STATUS_PARTITION_KEYS = [
   'lastError',
 ] as const;
 
+/** `hypsink status --json` through the CLI, checked against its documented shape. */
+export async function cliStatus(config: string): Promise<StatusReport> {
+  const r = await cli('status', '--json', '--config', config);
+  assert.equal(r.code, 0, r.err);
+  return assertStatusShape(r.out);
+}
+
 /** Check the documented shape of `status --json` (extra fields allowed) and return it typed. */
 export function assertStatusShape(text: string): StatusReport {
   const s = JSON.parse(text) as Json;

@@ -46,3 +46,12 @@ export function runNode(args: readonly string[], opts: RunOptions = {}): Promise
     child.stdin.end(opts.input ?? '');
   });
 }
+
+/** Poll `cond` until it holds; after `ms`, fail naming `what` (a bound on a wait, never a timing assertion). */
+export async function until(cond: () => boolean, ms: number, what: string): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
