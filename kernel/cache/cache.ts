@@ -15,6 +15,7 @@ import { SeqAllocator } from './allocator.js';
 import { commitRows } from './commit.js';
 import { type CompactResult, compactPartition } from './compaction.js';
 import { FlushEncoder } from './flush-encoder.js';
+import { encodeFrame } from './frames.js';
 import { normalizeRow } from './normalize.js';
 import { PartitionStore, partitionRef } from './partition.js';
 import { DEFAULT_ROW_GROUP_ROWS } from './parquet.js';
@@ -205,8 +206,7 @@ export class Cache {
   /** Append rows already validated by `normalizeRow`, as `[source, ...values in schema order]`. */
   async appendValidated(ref: SpoolRef, rows: unknown[][]): Promise<void> {
     if (rows.length === 0) return;
-    const cols = this.schema(ref.dataset).columns.map((c) => c.name);
-    await this.spool(ref).append({ v: 1, cols, rows }, this.opts.segmentBytes);
+    await this.spool(ref).append(encodeFrame(this.schema(ref.dataset).columns, rows), this.opts.segmentBytes);
   }
 
   /** Flush one spool: the single chokepoint into partitions. */

@@ -7,7 +7,7 @@
  * @ref LLP 0004: generations, cursor swap and reader leases
  */
 import { makeData, RecordBatch, Table } from 'apache-arrow';
-import type { DatasetSchema } from '../../types/schema.js';
+import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { buildUtf8, ROW_ID_COLUMN } from './columns.js';
 import { writeDataFile } from './commit.js';
@@ -84,13 +84,16 @@ export async function compactPartition(
   return { partition: store.ref, generation: to, rowsBefore: manifestRows(manifest), rowsAfter: manifestRows(next) };
 }
 
+/** A legacy row's id hashes its JSON text as one column. */
+const LEGACY_ROW: readonly ColumnSpec[] = [{ name: 'row', type: 'JSON', nullable: false }];
+
 /** Legacy rows carry no row id: derive one from their values so their duplicates fold too. */
 function withRowIds(p: PartitionRef, b: RecordBatch, legacy: boolean): RecordBatch {
   if (!legacy) return b;
   const ids: string[] = [];
   for (let i = 0; i < b.numRows; i++) {
     const row = b.get(i)?.toJSON() ?? {};
-    ids.push(rowId(p, [JSON.stringify(row, (_k, v) => (typeof v === 'bigint' ? v.toString() : v))]));
+    ids.push(rowId(p, LEGACY_ROW, [JSON.stringify(row, (_k, v) => (typeof v === 'bigint' ? v.toString() : v))]));
   }
   const children = b.schema.fields.map((f) =>
     f.name === ROW_ID_COLUMN ? buildUtf8(ids) : b.getChild(f.name)!.data[0]!,

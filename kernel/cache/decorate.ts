@@ -5,57 +5,115 @@
  * content hash: identical rows of one partition share it, which is what
  * compaction dedupes on) and `_hyp_cache_batch_id` (the spool segment it came from).
  * @ref LLP 0001: commit order = seq order
+ * @ref LLP 0015: row ids over column bytes
  */
 import { type Data, Int64, makeData, makeVector, Table, Utf8, type Vector } from 'apache-arrow';
 import type { ColumnSpec } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
-import { HASH128_CHARS, hash128, hash128Into } from './hash128.js';
 import { BATCH_ID_COLUMN, buildColumn, buildUtf8, ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
+import { HASH128_CHARS, hash128Into } from './hash128.js';
+
+/** Reused across calls: one row's content is written here, then hashed. */
+let scratch = new Uint8Array(1 << 16);
+
+/** How one column's cells are read as bytes. */
+interface CellReader {
+  readonly kind: 'bytes' | 'fixed8' | 'bit';
+  readonly offset: number;
+  readonly nulls: Uint8Array | null;
+  readonly values: Uint8Array;
+  readonly valueOffsets: Int32Array | null;
+}
+
+function cellReader(type: ColumnSpec['type'], data: Data): CellReader {
+  const v = data.values as ArrayBufferView;
+  const values = new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  const nulls = data.nullCount > 0 ? data.nullBitmap ?? null : null;
+  const kind = type === 'STRING' || type === 'JSON' ? 'bytes' : type === 'BOOLEAN' ? 'bit' : 'fixed8';
+  return { kind, offset: data.offset, nulls, values, valueOffsets: kind === 'bytes' ? (data.valueOffsets as Int32Array) : null };
+}
 
 /**
- * The content a row id hashes: its normalized values (from index `from`, `count`
- * of them) joined by U+001F, null as U+0000. A string holding either control
- * character is written as U+0000 + its JSON, which no plain value can equal.
- * (JSON.stringify of the whole row cost twice as much: it re-escapes JSON columns.)
+ * The row-id column of one batch: per row, a 128-bit hash of the partition key
+ * and each column's cell as bytes, read straight from the Arrow buffers: a null
+ * is 0x00; a value is 0x01 then its bytes: a string's UTF-8 after its length
+ * (u32 LE), an INT64, TIMESTAMP or DOUBLE as its 8 bytes (LE), a BOOLEAN as one
+ * byte. Lengths are explicit, so two distinct rows never share content.
+ * @ref LLP 0015: row ids over column bytes
  */
-function rowContent(values: readonly unknown[], from: number, count: number): string {
-  let out = '';
-  for (let i = from; i < from + count; i++) {
-    const v = values[i];
-    if (v === null || v === undefined) out += '\u0000';
-    else if (typeof v === 'string') out += v.includes('\u001f') || v.includes('\u0000') ? `\u0000${JSON.stringify(v)}` : v;
-    else out += String(v);
-    out += '\u001f';
-  }
-  return out;
-}
-
-export function rowId(partition: PartitionRef, values: readonly unknown[]): string {
-  return hash128(`${partition.key}\u0000${rowContent(values, 0, values.length)}`);
-}
-
-/** The row-id column of `rows` (values from index `from`), hashed straight into its Arrow buffer. */
-function rowIds(partition: PartitionRef, rows: readonly (readonly unknown[])[], from: number, count: number): Data<Utf8> {
-  const n = rows.length;
+function rowIds(partition: PartitionRef, types: readonly ColumnSpec['type'][], columns: readonly Data[], n: number): Data<Utf8> {
+  const readers = columns.map((d, ci) => cellReader(types[ci]!, d));
+  const prefix = Buffer.from(`${partition.key}\u0000`, 'utf8');
   const data = new Uint8Array(n * HASH128_CHARS);
   const valueOffsets = new Int32Array(n + 1);
-  const prefix = `${partition.key}\u0000`;
   for (let i = 0; i < n; i++) {
-    hash128Into(prefix + rowContent(rows[i]!, from, count), data, i * HASH128_CHARS);
+    let need = prefix.length;
+    for (const r of readers) need += r.valueOffsets ? 5 + r.valueOffsets[i + 1]! - r.valueOffsets[i]! : 9;
+    if (need > scratch.length) scratch = new Uint8Array(need * 2);
+    const buf = scratch;
+    buf.set(prefix, 0);
+    let pos = prefix.length;
+    for (const r of readers) {
+      // Arrow slices offsets and fixed-width values, but not bitmaps: those go by `offset` bits.
+      const bit = r.offset + i;
+      if (r.nulls !== null && (r.nulls[bit >> 3]! & (1 << (bit & 7))) === 0) {
+        buf[pos++] = 0;
+        continue;
+      }
+      buf[pos++] = 1;
+      const src = r.values;
+      if (r.valueOffsets !== null) {
+        const start = r.valueOffsets[i]!;
+        const len = r.valueOffsets[i + 1]! - start;
+        buf[pos] = len & 0xff;
+        buf[pos + 1] = (len >>> 8) & 0xff;
+        buf[pos + 2] = (len >>> 16) & 0xff;
+        buf[pos + 3] = len >>> 24;
+        pos += 4;
+        for (let j = 0; j < len; j++) buf[pos + j] = src[start + j]!;
+        pos += len;
+      } else if (r.kind === 'fixed8') {
+        const start = i * 8;
+        for (let j = 0; j < 8; j++) buf[pos + j] = src[start + j]!;
+        pos += 8;
+      } else {
+        buf[pos++] = (src[bit >> 3]! >> (bit & 7)) & 1;
+      }
+    }
+    hash128Into(buf, pos, data, i * HASH128_CHARS);
     valueOffsets[i + 1] = (i + 1) * HASH128_CHARS;
   }
   return makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets, data });
 }
 
-/**
- * A commit's rows as Arrow columns, before seqs are known: user columns and row
- * ids. The costly part of a commit, and independent of the allocator, so a flush
- * can build it off the commit section (and off the main thread).
- */
-export interface PreparedRows {
+/** One batch of a commit's rows: its user columns and their row ids. */
+export interface PreparedBatch {
   readonly rows: number;
   readonly columns: readonly Data[];
   readonly rowIds: Data<Utf8>;
+}
+
+/**
+ * A commit's rows as Arrow columns, before seqs are known: user columns and row
+ * ids, in batches. The costly part of a commit, and independent of the
+ * allocator, so a flush can build it off the commit section (and off the main
+ * thread).
+ */
+export interface PreparedRows {
+  readonly rows: number;
+  readonly batches: readonly PreparedBatch[];
+}
+
+/** Prepare batches of user columns (in schema column order, each batch's columns of one length). */
+export function prepareBatches(partition: PartitionRef, columns: readonly ColumnSpec[], batches: readonly (readonly Data[])[]): PreparedRows {
+  const types = columns.map((c) => c.type);
+  let rows = 0;
+  const out = batches.map((cols) => {
+    const n = cols[0]?.length ?? 0;
+    rows += n;
+    return { rows: n, columns: cols, rowIds: rowIds(partition, types, cols, n) };
+  });
+  return { rows, batches: out };
 }
 
 /** Prepare `rows`, whose values in schema column order start at index `from` of each row. */
@@ -65,11 +123,13 @@ export function prepareRows(
   rows: readonly (readonly unknown[])[],
   from = 0,
 ): PreparedRows {
-  return {
-    rows: rows.length,
-    columns: columns.map((c, ci) => buildColumn(c.type, rows.map((r) => r[from + ci]))),
-    rowIds: rowIds(partition, rows, from, columns.length),
-  };
+  return prepareBatches(partition, columns, [columns.map((c, ci) => buildColumn(c.type, rows.map((r) => r[from + ci])))]);
+}
+
+/** The row id of one row of normalized values (normalize.ts forms) in `columns` order. */
+export function rowId(partition: PartitionRef, columns: readonly ColumnSpec[], values: readonly unknown[]): string {
+  const ids = prepareRows(partition, columns, [values]).batches[0]!.rowIds;
+  return Buffer.from(ids.values.subarray(0, HASH128_CHARS)).toString('latin1');
 }
 
 /** Stamp prepared rows with seqs first..first+n-1 and their batch id: the Arrow table of a commit. */
@@ -77,12 +137,12 @@ export function stamp(columns: readonly ColumnSpec[], prepared: PreparedRows, fi
   const n = prepared.rows;
   const vectors: Record<string, Vector> = {};
   columns.forEach((c, ci) => {
-    vectors[c.name] = makeVector(prepared.columns[ci]!);
+    vectors[c.name] = makeVector(prepared.batches.map((b) => b.columns[ci]!));
   });
   const seqs = new BigInt64Array(n);
   for (let i = 0; i < n; i++) seqs[i] = firstSeq + BigInt(i);
   vectors[SEQ_COLUMN] = makeVector(makeData({ type: new Int64(), length: n, nullCount: 0, data: seqs } as never));
-  vectors[ROW_ID_COLUMN] = makeVector(prepared.rowIds);
+  vectors[ROW_ID_COLUMN] = makeVector(prepared.batches.map((b) => b.rowIds));
   vectors[BATCH_ID_COLUMN] = makeVector(buildUtf8(new Array(n).fill(batchId)));
   return new Table(vectors);
 }

@@ -1,9 +1,9 @@
 /**
- * MurmurHash3 x86_128 over a string's UTF-16 code units (two per 32-bit block).
- * A content fingerprint, not a security boundary: ~10x faster per row than a
- * node:crypto digest, whose per-call setup dominates for short rows. (Feeding a
- * row value by value instead of hashing the joined string was measured no
- * faster: rows are mostly short values.)
+ * MurmurHash3 x86_128 over bytes, little-endian blocks, as the reference
+ * implementation. A content fingerprint, not a security boundary: ~10x faster
+ * per row than a node:crypto digest, whose per-call setup dominates for short
+ * rows.
+ * @ref LLP 0015: row ids over column bytes
  */
 const C1 = 0x239b961b;
 const C2 = 0xab0e9789;
@@ -25,20 +25,22 @@ const B64_CODES = Uint8Array.from(B64, (c) => c.charCodeAt(0));
 /** Length of a hash128 in characters (ASCII, so also in bytes). */
 export const HASH128_CHARS = 22;
 
-/** The hash of `s` as 22 base64url ASCII bytes at `out[at]`: a row-id column is built straight into its Arrow buffer. */
-export function hash128Into(s: string, out: Uint8Array, at: number, seed = 0): void {
+/**
+ * The hash of `src[0..len)` as 22 base64url ASCII bytes at `out[at]`: a row-id
+ * column is built straight into its Arrow buffer.
+ */
+export function hash128Into(src: Uint8Array, len: number, out: Uint8Array, at: number, seed = 0): void {
   let h1 = seed;
   let h2 = seed;
   let h3 = seed;
   let h4 = seed;
-  const n = s.length;
-  const blocks = n >> 3; // 8 code units = 4 words of 32 bits
+  const blocks = len >> 4;
   let i = 0;
-  for (let b = 0; b < blocks; b++, i += 8) {
-    let k1 = s.charCodeAt(i) | (s.charCodeAt(i + 1) << 16);
-    let k2 = s.charCodeAt(i + 2) | (s.charCodeAt(i + 3) << 16);
-    let k3 = s.charCodeAt(i + 4) | (s.charCodeAt(i + 5) << 16);
-    let k4 = s.charCodeAt(i + 6) | (s.charCodeAt(i + 7) << 16);
+  for (let b = 0; b < blocks; b++, i += 16) {
+    let k1 = src[i]! | (src[i + 1]! << 8) | (src[i + 2]! << 16) | (src[i + 3]! << 24);
+    let k2 = src[i + 4]! | (src[i + 5]! << 8) | (src[i + 6]! << 16) | (src[i + 7]! << 24);
+    let k3 = src[i + 8]! | (src[i + 9]! << 8) | (src[i + 10]! << 16) | (src[i + 11]! << 24);
+    let k4 = src[i + 12]! | (src[i + 13]! << 8) | (src[i + 14]! << 16) | (src[i + 15]! << 24);
     k1 = Math.imul(rotl(Math.imul(k1, C1), 15), C2);
     h1 ^= k1;
     h1 = (Math.imul(rotl(h1, 19) + h2, 5) + 0x561ccd1b) | 0;
@@ -52,24 +54,31 @@ export function hash128Into(s: string, out: Uint8Array, at: number, seed = 0): v
     h4 ^= k4;
     h4 = (Math.imul(rotl(h4, 13) + h1, 5) + 0x32ac3b17) | 0;
   }
-  // Tail: up to 7 code units, folded into the four lanes.
+  // Tail: up to 15 bytes, folded into the four lanes.
   let k1 = 0;
   let k2 = 0;
   let k3 = 0;
   let k4 = 0;
-  const rest = n - i;
-  if (rest > 6) k4 = s.charCodeAt(i + 6);
-  if (rest > 5) k3 ^= s.charCodeAt(i + 5) << 16;
-  if (rest > 4) k3 ^= s.charCodeAt(i + 4);
-  if (rest > 3) k2 ^= s.charCodeAt(i + 3) << 16;
-  if (rest > 2) k2 ^= s.charCodeAt(i + 2);
-  if (rest > 1) k1 ^= s.charCodeAt(i + 1) << 16;
-  if (rest > 0) k1 ^= s.charCodeAt(i);
+  const rest = len - i;
+  if (rest > 14) k4 ^= src[i + 14]! << 16;
+  if (rest > 13) k4 ^= src[i + 13]! << 8;
+  if (rest > 12) k4 ^= src[i + 12]!;
+  if (rest > 11) k3 ^= src[i + 11]! << 24;
+  if (rest > 10) k3 ^= src[i + 10]! << 16;
+  if (rest > 9) k3 ^= src[i + 9]! << 8;
+  if (rest > 8) k3 ^= src[i + 8]!;
+  if (rest > 7) k2 ^= src[i + 7]! << 24;
+  if (rest > 6) k2 ^= src[i + 6]! << 16;
+  if (rest > 5) k2 ^= src[i + 5]! << 8;
+  if (rest > 4) k2 ^= src[i + 4]!;
+  if (rest > 3) k1 ^= src[i + 3]! << 24;
+  if (rest > 2) k1 ^= src[i + 2]! << 16;
+  if (rest > 1) k1 ^= src[i + 1]! << 8;
+  if (rest > 0) k1 ^= src[i]!;
   if (k4) h4 ^= Math.imul(rotl(Math.imul(k4, C4), 18), C1);
   if (k3) h3 ^= Math.imul(rotl(Math.imul(k3, C3), 17), C4);
   if (k2) h2 ^= Math.imul(rotl(Math.imul(k2, C2), 16), C3);
   if (k1) h1 ^= Math.imul(rotl(Math.imul(k1, C1), 15), C2);
-  const len = n * 2;
   h1 ^= len;
   h2 ^= len;
   h3 ^= len;
@@ -105,9 +114,10 @@ export function hash128Into(s: string, out: Uint8Array, at: number, seed = 0): v
 const bytes = new Uint8Array(16);
 const words = new DataView(bytes.buffer);
 
-/** 128-bit hash of `s` as 22 base64url characters. */
-export function hash128(s: string, seed = 0): string {
+/** 128-bit hash of `s` (its UTF-8 bytes) as 22 base64url characters. */
+export function hash128(s: string | Uint8Array, seed = 0): string {
+  const src = typeof s === 'string' ? Buffer.from(s, 'utf8') : s;
   const out = new Uint8Array(HASH128_CHARS);
-  hash128Into(s, out, 0, seed);
+  hash128Into(src, src.length, out, 0, seed);
   return String.fromCharCode(...out);
 }

@@ -1,6 +1,6 @@
 /**
  * Spools: the durable landing place for host rows before a flush. Each
- * `appendRows` call writes one NDJSON frame and fsyncs it, so an append is
+ * `appendRows` call writes one frame (frames.ts) as a line and fsyncs it, so an append is
  * atomic: a frame torn by a crash was never acknowledged and is cut off.
  * A flush seals `current.ndjson` into an immutable `seg-<n>.ndjson` (n only
  * grows) and commits the sealed segments; the segment number is what each
@@ -14,14 +14,8 @@ import { fault } from '../fault.js';
 import { fsyncDir, readJsonFile, syncFile, writeJsonAtomic } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
+import { type Frame, frameProblem } from './frames.js';
 import { encodeSegment } from './segments.js';
-
-/** A frame as stored: column names at append time, then rows as [source, ...values]. */
-export interface Frame {
-  v: 1;
-  cols: string[];
-  rows: unknown[][];
-}
 
 export interface SpoolRef {
   readonly dataset: string;
@@ -187,14 +181,8 @@ export async function readSegment(path: string): Promise<Frame[]> {
     } catch (e) {
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1} is not valid JSON (${(e as Error).message})`);
     }
-    if (
-      f?.v !== 1 ||
-      !Array.isArray(f.cols) ||
-      !Array.isArray(f.rows) ||
-      !f.rows.every((r) => Array.isArray(r) && typeof r[0] === 'string' && r.length === f.cols.length + 1)
-    ) {
-      throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1} is not a spool frame`);
-    }
+    const problem = frameProblem(f);
+    if (problem !== null) throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1}: ${problem}`);
     frames.push(f);
   }
   return frames;

@@ -167,6 +167,26 @@ describe('corrupt state files', () => {
       await fsp.appendFile(join(root, 'spools/events/s1/current.ndjson'), '{"v":1,"cols":["id"],"rows":[[5]]}\n');
       await assert.rejects(cache.flushTable(S1), (e: { code?: string; message?: string }) => e.code === 'HYPSINK_ERR_CORRUPT');
     }
+    // A v2 frame whose columns disagree with its row count, and a frame of an unknown version.
+    {
+      const { root, cache } = await copy();
+      const cur = join(root, 'spools/events/s1/current.ndjson');
+      const frames = (await fsp.readFile(cur, 'utf8')).trimEnd().split('\n');
+      const frame = JSON.parse(frames.at(-1)!) as { parts: { rows: number }[] };
+      frame.parts[0]!.rows += 1;
+      await fsp.appendFile(cur, `${JSON.stringify(frame)}\n`);
+      await assert.rejects(cache.flushTable(S1), (e: { code?: string; message?: string }) => {
+        assert.equal(e.code, 'HYPSINK_ERR_CORRUPT');
+        assert.match(e.message ?? '', /seg-\d+\.ndjson frame \d+: source "web" should hold one batch of 6 rows/);
+        return true;
+      });
+      assert.equal((await read(cache)).length, 60, 'no part of the damaged segment was committed');
+    }
+    {
+      const { root, cache } = await copy();
+      await fsp.appendFile(join(root, 'spools/events/s1/current.ndjson'), '{"v":3,"cols":["id"],"parts":[]}\n');
+      await assert.rejects(cache.flushTable(S1), corrupt('spool frame version 3 is not known'));
+    }
     // A sealed segment cut short (it always ends with a complete frame when sealed).
     {
       const { root, cache } = await copy();

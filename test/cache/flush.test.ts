@@ -7,7 +7,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { rowId } from '../../kernel/cache/decorate.js';
-import { COLS, collect, openCache, rows } from '../support/datasets.js';
+import { COLS, collect, EVENTS, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import {
   currentManifest,
@@ -56,7 +56,7 @@ describe('flush chokepoint', () => {
     );
     assert.ok(dump.every((r) => r.batchId === 'events/s1#0'));
     // Row id = content hash of (partition, values): recompute it independently of the write path.
-    const expectIds = rows('web', 1, 10).map((r) => rowId(web, [r[1], Date.parse(r[2] as string), r[3]]));
+    const expectIds = rows('web', 1, 10).map((r) => rowId(web, EVENTS.columns, [r[1], Date.parse(r[2] as string), r[3]]));
     assert.deepEqual(
       dump.map((r) => r.rowId),
       expectIds,
@@ -85,6 +85,30 @@ describe('flush chokepoint', () => {
     assert.equal(alloc.reservedThrough, '18');
     // The spool segment is gone once every partition committed.
     assert.deepEqual((await walk(join(root, 'spools'))).filter((p) => p.endsWith('.ndjson')), []);
+  });
+
+  test('frames spooled as JSON rows (v1, before LLP 0015) flush to the rows and row ids of Arrow frames', async () => {
+    const v1Root = tempDir();
+    const v2Root = tempDir();
+    const v2 = await openCache(v2Root);
+    const appended = rows('web', 1, 6);
+    appended[5]![3] = null;
+    await v2.appendRows(S1, COLS, appended);
+    // The same rows as v1 frames: one in another column order, one without a column (it reads as null).
+    const v1 = await openCache(v1Root);
+    const dir = join(v1Root, 'spools/events/s1');
+    await fsp.mkdir(dir, { recursive: true });
+    const ms = (r: unknown[]) => Date.parse(r[2] as string);
+    const reordered = { v: 1, cols: ['msg', 'id', 'ts'], rows: appended.slice(0, 5).map((r) => [r[0], r[3], r[1], ms(r)]) };
+    const narrower = { v: 1, cols: ['id', 'ts'], rows: appended.slice(5).map((r) => [r[0], r[1], ms(r)]) };
+    await fsp.writeFile(join(dir, 'current.ndjson'), `${JSON.stringify(reordered)}\n${JSON.stringify(narrower)}\n`);
+    await v1.flushTable(S1);
+    await v2.flushTable(S1);
+    const web = v2.partition('events', 'web');
+    const [a, b] = [await dumpPartition(join(v1Root, web.path)), await dumpPartition(join(v2Root, web.path))];
+    assert.deepEqual(a.map((r) => r.id), [1, 2, 3, 4, 5, 6]);
+    assert.deepEqual(a.map((r) => [r.id, r.seq, r.rowId]), b.map((r) => [r.id, r.seq, r.rowId]));
+    assert.equal((await collect(v1.storage.readRowsSince(web.path, {}))).at(-1)?.row.msg, null);
   });
 
   test('a bad row rejects the whole append and nothing is spooled', async () => {

@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
-import { join, relative } from 'node:path';
+import { basename, dirname, join, relative } from 'node:path';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import type { WorkerScript } from '../support/cache-worker.js';
@@ -178,12 +178,24 @@ export async function partitionDirs(root: string, datasetSegment = 'events'): Pr
   return names.filter((n) => n.startsWith('source=')).map((n) => join(base, n));
 }
 
-/** Every `_hyp_ingest_seq` value in every Parquet file anywhere under the root (orphans and old generations too). */
+/**
+ * Every `_hyp_ingest_seq` value in every Parquet file anywhere under the root
+ * (orphans and old generations too). A kill can cut an orphan short while a
+ * concurrent flush of another spool writes it: that one holds no seq; a cut
+ * file that its generation's manifest lists is an error.
+ */
 export async function seqsOnDisk(root: string): Promise<bigint[]> {
   const out: bigint[] = [];
   for (const rel of await walk(join(root, 'datasets'))) {
     if (!rel.endsWith('.parquet')) continue;
-    const cols = await readParquetRaw(join(root, 'datasets', rel));
+    let cols: Record<string, unknown[]>;
+    try {
+      cols = await readParquetRaw(join(root, 'datasets', rel));
+    } catch (e) {
+      const manifest = await readJson<ManifestJson>(join(root, 'datasets', dirname(rel), 'manifest.json')).catch(() => null);
+      if (manifest?.files.some((f) => f.name === basename(rel))) throw e;
+      continue;
+    }
     for (const s of cols._hyp_ingest_seq ?? []) if (s !== null && s !== undefined) out.push(BigInt(s as bigint));
   }
   return out;

@@ -1,0 +1,120 @@
+/**
+ * Spool frames: what one append stores, as one line of a spool file.
+ *
+ * v2 holds each source's rows as Arrow columns in an IPC stream, base64 so the
+ * frame stays one line (a torn tail is still found by its missing newline). The
+ * appending thread builds the columns once; the flush reads them back without a
+ * parse per value. v1 (rows as JSON arrays) is read for spools written before.
+ * @ref LLP 0015: spool frames as Arrow columns, row ids over column bytes
+ */
+import { type Data, makeData, RecordBatch, Struct, Table, tableFromIPC, tableToIPC } from 'apache-arrow';
+import { HypsinkError } from '../../types/errors.js';
+import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
+import { arrowType, buildColumn, userSchema } from './columns.js';
+
+/** v1: column names at append time, then rows as [source, ...values] (normalize.ts forms). */
+export interface FrameV1 {
+  v: 1;
+  cols: string[];
+  rows: unknown[][];
+}
+
+/** v2: column names at append time, then per source its row count and columns as base64 Arrow IPC. */
+export interface FrameV2 {
+  v: 2;
+  cols: string[];
+  parts: { source: string; rows: number; ipc: string }[];
+}
+
+export type Frame = FrameV1 | FrameV2;
+
+/** One source's rows of a frame, as columns in the order of `cols`. */
+export interface FrameBatch {
+  readonly source: string;
+  readonly columns: readonly Data[];
+}
+
+/** Build a v2 frame from validated rows `[source, ...values in `columns` order]`. */
+export function encodeFrame(columns: readonly ColumnSpec[], rows: readonly (readonly unknown[])[]): FrameV2 {
+  const bySource = new Map<string, (readonly unknown[])[]>();
+  const first = rows[0]?.[0];
+  // An ingest appends one source: skip the grouping then.
+  if (rows.every((r) => r[0] === first)) bySource.set(first as string, rows as (readonly unknown[])[]);
+  else {
+    for (const r of rows) {
+      const list = bySource.get(r[0] as string);
+      if (list) list.push(r);
+      else bySource.set(r[0] as string, [r]);
+    }
+  }
+  const schema = userSchema(columns);
+  const parts: FrameV2['parts'] = [];
+  for (const [source, list] of bySource) {
+    const children = columns.map((c, ci) => buildColumn(c.type, list.map((r) => r[ci + 1])));
+    const batch = new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: list.length, nullCount: 0, children }));
+    const ipc = tableToIPC(new Table(schema, [batch]), 'stream');
+    parts.push({ source, rows: list.length, ipc: Buffer.from(ipc.buffer, ipc.byteOffset, ipc.byteLength).toString('base64') });
+  }
+  return { v: 2, cols: columns.map((c) => c.name), parts };
+}
+
+/** Why `f` is not a frame, or null. Checks the shape, not the values. */
+export function frameProblem(f: unknown): string | null {
+  const frame = f as { v?: unknown; cols?: unknown[]; rows?: unknown[]; parts?: { source?: unknown; rows?: unknown; ipc?: unknown }[] } | null;
+  if (!frame || !Array.isArray(frame.cols) || !frame.cols.every((c) => typeof c === 'string')) return 'not a spool frame';
+  if (frame.v === 1) {
+    const width = frame.cols.length + 1;
+    return Array.isArray(frame.rows) && frame.rows.every((r) => Array.isArray(r) && typeof r[0] === 'string' && r.length === width)
+      ? null
+      : 'not a spool frame (v1 rows)';
+  }
+  if (frame.v === 2) {
+    return Array.isArray(frame.parts) &&
+      frame.parts.every((p) => typeof p?.source === 'string' && Number.isSafeInteger(p.rows) && (p.rows as number) > 0 && typeof p.ipc === 'string')
+      ? null
+      : 'not a spool frame (v2 parts)';
+  }
+  return `spool frame version ${JSON.stringify(frame.v)} is not known to this hypsink (1 or 2)`;
+}
+
+/**
+ * A frame's rows per source, as columns of the current schema: a column added
+ * since the append reads as null. `where` names the frame in errors.
+ */
+export function frameBatches(frame: Frame, schema: DatasetSchema, where: string): FrameBatch[] {
+  const idx = schema.columns.map((c) => frame.cols.indexOf(c.name));
+  if (frame.v === 1) {
+    const bySource = new Map<string, unknown[][]>();
+    for (const r of frame.rows) {
+      const list = bySource.get(r[0] as string);
+      if (list) list.push(r);
+      else bySource.set(r[0] as string, [r]);
+    }
+    return [...bySource].map(([source, list]) => ({
+      source,
+      columns: schema.columns.map((c, ci) => buildColumn(c.type, list.map((r) => (idx[ci]! < 0 ? null : r[idx[ci]! + 1])))),
+    }));
+  }
+  return frame.parts.map((part) => {
+    const table = tableFromIPC(Buffer.from(part.ipc, 'base64'));
+    if (table.numRows !== part.rows || table.numCols !== frame.cols.length || table.batches.length !== 1) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_CORRUPT',
+        `${where}: source ${JSON.stringify(part.source)} should hold one batch of ${part.rows} rows of ${frame.cols.length} columns, its IPC stream holds ${table.batches.length} of ${table.numRows} rows of ${table.numCols}`,
+      );
+    }
+    const columns = schema.columns.map((c, ci) => {
+      if (idx[ci]! < 0) return buildColumn(c.type, new Array(part.rows).fill(null));
+      const child = table.getChildAt(idx[ci]!)!;
+      // Every column type maps to one Arrow type, whose string names it with its unit.
+      if (String(child.type) !== String(arrowType(c.type))) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_INPUT',
+          `${where}: column "${c.name}" was ${child.type} when these rows were spooled and is ${c.type} now; restore its type, flush, then change it`,
+        );
+      }
+      return child.data[0]!;
+    });
+    return { source: part.source, columns };
+  });
+}
