@@ -44,10 +44,14 @@ export async function ingestNdjson(
   const maxRowBytes = k.loaded.config.datasets[dataset]?.maxRowBytes ?? 1024 * 1024;
   const spool = { dataset, id: `ingest-${process.pid}-${randomBytes(4).toString('hex')}` };
   const ignore = new Set([PARTITION_COLUMN]);
-  const width = schema.columns.length + 1; // [source, ...values]
+  const width = schema.columns.length;
   const result: IngestResult = { accepted: 0, rejected: 0, deadLetter: null, samples: [] };
   let dead: fsp.FileHandle | undefined;
-  let batch: unknown[][] = [];
+  // The frame being filled, column by column; each row is validated into `scratch` first.
+  const scratch: unknown[] = new Array(width);
+  const newColumns = () => Array.from({ length: width }, (): unknown[] => []);
+  let columns = newColumns();
+  let rows = 0;
 
   const reject = async (line: number, reason: string, raw: string) => {
     result.rejected++;
@@ -60,9 +64,19 @@ export async function ingestNdjson(
     await dead.write(JSON.stringify(rec) + '\n');
   };
 
-  const flush = async () => {
-    const r = await k.cache.flushTable(spool);
+  const flush = async (sealCurrent = true) => {
+    const r = await k.cache.flushTable(spool, { sealCurrent });
     if (r.partitions.length > 0) await k.hooks.cacheFlushed.promise({ partitions: r.partitions });
+  };
+  // At most one append in flight: its write and fsync run while the next frame is parsed.
+  // Appends stay in order, and a failed one surfaces at the next.
+  let appending: Promise<void> = Promise.resolve();
+  const append = async (seal: boolean) => {
+    await appending;
+    appending = k.cache.appendParts(spool, [{ source, rows, values: columns }], { seal });
+    appending.catch(() => undefined);
+    columns = newColumns();
+    rows = 0;
   };
   // At most one flush in flight; it runs while the next rows are read.
   let flushing: Promise<void> | null = null;
@@ -101,36 +115,38 @@ export async function ingestNdjson(
           await reject(n, `field "${PARTITION_COLUMN}" is ${JSON.stringify(row[PARTITION_COLUMN])} but --source is ${JSON.stringify(source)}`, raw);
           continue;
         }
-        const values: unknown[] = new Array(width);
-        values[0] = source;
-        const reason = normalizeRowInto(schema, row, values, 1, ignore);
+        const reason = normalizeRowInto(schema, row, scratch, 0, ignore);
         if (reason !== null) {
           await reject(n, reason, raw);
           continue;
         }
-        batch.push(values);
+        for (let ci = 0; ci < width; ci++) columns[ci]!.push(scratch[ci]);
+        rows++;
         result.accepted++;
-        if (batch.length >= FRAME_ROWS) {
-          await k.cache.appendValidated(spool, batch);
-          sinceFlush += batch.length;
-          batch = [];
-          if (sinceFlush >= FLUSH_ROWS) {
+        if (rows >= FRAME_ROWS) {
+          sinceFlush += rows;
+          const seal = sinceFlush >= FLUSH_ROWS;
+          await append(seal);
+          if (seal) {
+            sinceFlush = 0;
             await flushing;
-            flushing = flush();
+            // The flush commits the segment the append seals, once it has.
+            flushing = appending.then(() => flush(false));
             // A failed flush surfaces at the next await; its rows stay spooled for the next flush.
             flushing.catch(() => undefined);
-            sinceFlush = 0;
           }
         }
       }
     }
-    await k.cache.appendValidated(spool, batch);
+    await append(false);
+    await appending;
     onProgress?.(n);
   } finally {
     if (dead) {
       await dead.sync();
       await dead.close();
     }
+    await appending.catch(() => undefined);
     await flushing?.catch(() => undefined);
   }
   await flushing;

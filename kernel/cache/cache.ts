@@ -15,7 +15,7 @@ import { SeqAllocator } from './allocator.js';
 import { commitRows } from './commit.js';
 import { type CompactResult, compactPartition } from './compaction.js';
 import { FlushEncoder } from './flush-encoder.js';
-import { encodeFrame } from './frames.js';
+import { encodeFrame, partsOf, type SpoolPart } from './frames.js';
 import { normalizeRow } from './normalize.js';
 import { PartitionStore, partitionRef } from './partition.js';
 import { DEFAULT_ROW_GROUP_ROWS } from './parquet.js';
@@ -204,19 +204,35 @@ export class Cache {
   }
 
   /** Append rows already validated by `normalizeRow`, as `[source, ...values in schema order]`. */
-  async appendValidated(ref: SpoolRef, rows: unknown[][]): Promise<void> {
-    if (rows.length === 0) return;
-    await this.spool(ref).append(encodeFrame(this.schema(ref.dataset).columns, rows), this.opts.segmentBytes);
+  async appendValidated(ref: SpoolRef, rows: readonly (readonly unknown[])[], opts: { seal?: boolean } = {}): Promise<void> {
+    await this.appendParts(ref, partsOf(this.schema(ref.dataset).columns.length, rows), opts);
   }
 
-  /** Flush one spool: the single chokepoint into partitions. */
-  async flushTable(ref: SpoolRef): Promise<FlushResult> {
+  /**
+   * Append validated rows, column by column per source, as one frame. With
+   * `seal`, the spool's current file is sealed after them, and a large segment
+   * starts building in the flush worker at once, so the flush that commits it
+   * finds it ready (LLP 0013).
+   */
+  async appendParts(ref: SpoolRef, parts: readonly SpoolPart[], opts: { seal?: boolean } = {}): Promise<void> {
+    const schema = this.schema(ref.dataset);
+    const nonEmpty = parts.filter((p) => p.rows > 0);
+    if (nonEmpty.length === 0) return;
+    const sealed = await this.spool(ref).append(encodeFrame(schema.columns, nonEmpty), this.opts.segmentBytes, opts.seal);
+    if (sealed) this.encoder.warm(sealed.path, ref.dataset, schema);
+  }
+
+  /**
+   * Flush one spool: the single chokepoint into partitions. `sealCurrent: false`
+   * commits only the segments sealed already, leaving the current file to fill.
+   */
+  async flushTable(ref: SpoolRef, opts: { sealCurrent?: boolean } = {}): Promise<FlushResult> {
     const spool = this.spool(ref);
     const schema = this.schema(ref.dataset);
     // Two flushes of one spool would both read (and delete) the same sealed segments.
     return this.spoolMutex.run(spool.key, () => this.writer.with('flush', async () => {
       const result: FlushResult = { segments: 0, partitions: [] };
-      for (const seg of await spool.seal()) {
+      for (const seg of opts.sealCurrent === false ? await spool.sealed() : await spool.seal()) {
         const built = await this.encoder.segment(seg.path, ref.dataset, schema);
         try {
           for (const { source, rows } of built.partitions) {

@@ -32,6 +32,8 @@ export interface SegmentCommit {
 }
 
 const IDLE_MS = 5_000;
+/** Segments built ahead of their flush (warm) at most. */
+const WARM_MAX = 2;
 
 /** The worker exited or failed to start; a flush using it fails retryably and its segment stays in the spool. */
 class WorkerStopped extends HypsinkError {
@@ -48,6 +50,7 @@ export class FlushEncoder {
   /** Jobs prepared in the worker and not yet released: the worker holds their rows. */
   private readonly open = new Set<number>();
   private idle: NodeJS.Timeout | undefined;
+  private readonly warmed = new Map<string, Promise<SegmentCommit | null>>();
 
   constructor(
     private readonly rowGroupRows: number,
@@ -55,8 +58,33 @@ export class FlushEncoder {
   ) {}
 
   async segment(path: string, dataset: string, schema: DatasetSchema): Promise<SegmentCommit> {
+    const warm = this.warmed.get(path);
+    this.warmed.delete(path);
+    const built = await warm;
+    if (built) return built;
     const { size } = await fsp.stat(path);
     return size >= this.workerMinBytes ? this.inWorker(path, dataset, schema) : this.inPlace(path, dataset, schema);
+  }
+
+  /**
+   * Start building a segment just sealed, before a flush asks for it: the worker
+   * prepares it while the previous segment commits. A sealed segment never
+   * changes (its number is never reused), so the build stays valid until the
+   * flush takes it. Only large segments, and only the last WARM_MAX: a build
+   * no flush of this process takes (another process flushed the segment) is
+   * released when it falls out.
+   */
+  warm(path: string, dataset: string, schema: DatasetSchema): void {
+    if (this.warmed.has(path)) return;
+    // Small segments are built by their flush, in place: nothing to gain ahead.
+    const build = fsp.stat(path).then(({ size }) => (size >= this.workerMinBytes ? this.inWorker(path, dataset, schema) : null));
+    build.catch(() => undefined); // the flush that takes it sees the error
+    this.warmed.set(path, build);
+    for (const [old, b] of this.warmed) {
+      if (this.warmed.size <= WARM_MAX) break;
+      this.warmed.delete(old);
+      b.then((x) => x?.release(), () => undefined);
+    }
   }
 
   private async inPlace(path: string, dataset: string, schema: DatasetSchema): Promise<SegmentCommit> {
@@ -112,6 +140,7 @@ export class FlushEncoder {
   /** Stop the worker, if one runs. */
   async close(): Promise<void> {
     clearTimeout(this.idle);
+    this.warmed.clear();
     const w = this.worker;
     this.worker = undefined;
     if (w) await w.terminate();

@@ -34,28 +34,40 @@ export interface FrameBatch {
   readonly columns: readonly Data[];
 }
 
-/** Build a v2 frame from validated rows `[source, ...values in `columns` order]`. */
-export function encodeFrame(columns: readonly ColumnSpec[], rows: readonly (readonly unknown[])[]): FrameV2 {
-  const bySource = new Map<string, (readonly unknown[])[]>();
-  const first = rows[0]?.[0];
-  // An ingest appends one source: skip the grouping then.
-  if (rows.every((r) => r[0] === first)) bySource.set(first as string, rows as (readonly unknown[])[]);
-  else {
-    for (const r of rows) {
-      const list = bySource.get(r[0] as string);
-      if (list) list.push(r);
-      else bySource.set(r[0] as string, [r]);
+/** One source's validated rows for a frame, column by column: `values[ci][r]`, in schema column order. */
+export interface SpoolPart {
+  readonly source: string;
+  readonly rows: number;
+  readonly values: readonly (readonly unknown[])[];
+}
+
+/** Validated rows `[source, ...values]` as parts, one per source in first-seen order. */
+export function partsOf(width: number, rows: readonly (readonly unknown[])[]): SpoolPart[] {
+  const bySource = new Map<string, unknown[][]>();
+  for (const r of rows) {
+    let cols = bySource.get(r[0] as string);
+    if (!cols) {
+      cols = Array.from({ length: width }, () => []);
+      bySource.set(r[0] as string, cols);
     }
+    for (let ci = 0; ci < width; ci++) cols[ci]!.push(r[ci + 1]);
   }
+  return [...bySource].map(([source, values]) => ({ source, rows: values[0]?.length ?? 0, values }));
+}
+
+/** Build a v2 frame: each part's columns, built once, as an Arrow IPC stream. */
+export function encodeFrame(columns: readonly ColumnSpec[], parts: readonly SpoolPart[]): FrameV2 {
   const schema = userSchema(columns);
-  const parts: FrameV2['parts'] = [];
-  for (const [source, list] of bySource) {
-    const children = columns.map((c, ci) => buildColumn(c.type, list.map((r) => r[ci + 1])));
-    const batch = new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: list.length, nullCount: 0, children }));
-    const ipc = tableToIPC(new Table(schema, [batch]), 'stream');
-    parts.push({ source, rows: list.length, ipc: Buffer.from(ipc.buffer, ipc.byteOffset, ipc.byteLength).toString('base64') });
-  }
-  return { v: 2, cols: columns.map((c) => c.name), parts };
+  return {
+    v: 2,
+    cols: columns.map((c) => c.name),
+    parts: parts.map(({ source, rows, values }) => {
+      const children = columns.map((c, ci) => buildColumn(c.type, values[ci]!));
+      const batch = new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children }));
+      const ipc = tableToIPC(new Table(schema, [batch]), 'stream');
+      return { source, rows, ipc: Buffer.from(ipc.buffer, ipc.byteOffset, ipc.byteLength).toString('base64') };
+    }),
+  };
 }
 
 /** Why `f` is not a frame, or null. Checks the shape, not the values. */

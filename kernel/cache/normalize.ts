@@ -18,9 +18,12 @@ function realDate(v: string): boolean {
   return m >= 1 && m <= 12 && d >= 1 && d <= days;
 }
 
-const digit = (s: string, i: number) => s.charCodeAt(i) - 48;
-const two = (s: string, i: number) => digit(s, i) * 10 + digit(s, i + 1);
-const DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22];
+/** Days in, and days before, each month of a common year. */
+const DAYS_IN = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+const DAYS_BEFORE = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+const isLeap = (y: number) => y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
+/** Two digits at `i` as a number. (Module-level: a closure in the parser would be made per call.) */
+const two = (v: string, i: number) => (v.charCodeAt(i) - 48) * 10 + v.charCodeAt(i + 1) - 48;
 
 /**
  * The form `toISOString` writes (`2026-11-29T10:57:09.123Z`), parsed by hand:
@@ -28,23 +31,32 @@ const DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22];
  * check and Date.parse. NaN for anything else, which takes the general path.
  */
 function isoUtcMs(v: string): number {
-  if (v.length !== 24 || v[4] !== '-' || v[7] !== '-' || v[10] !== 'T' || v[13] !== ':' || v[16] !== ':' || v[19] !== '.' || v[23] !== 'Z') {
-    return Number.NaN;
-  }
-  for (const i of DIGITS) {
+  if (v.length !== 24 || v.charCodeAt(23) !== 90 /* Z */) return Number.NaN;
+  const y = (v.charCodeAt(0) - 48) * 1000 + (v.charCodeAt(1) - 48) * 100 + (v.charCodeAt(2) - 48) * 10 + (v.charCodeAt(3) - 48);
+  let bad = 0;
+  for (let i = 0; i < 23; i++) {
     const c = v.charCodeAt(i);
-    if (c < 48 || c > 57) return Number.NaN;
+    // Separators at 4, 7, 10, 13, 16, 19; digits everywhere else.
+    if (i === 4 || i === 7) bad |= c ^ 45;
+    else if (i === 10) bad |= c ^ 84;
+    else if (i === 13 || i === 16) bad |= c ^ 58;
+    else if (i === 19) bad |= c ^ 46;
+    else if (c < 48 || c > 57) bad = 1;
   }
-  const y = two(v, 0) * 100 + two(v, 2);
+  if (bad !== 0) return Number.NaN;
   const mo = two(v, 5);
   const d = two(v, 8);
   const h = two(v, 11);
   const mi = two(v, 14);
   const sec = two(v, 17);
-  // Date.UTC maps years 0–99 to 19xx; those and any out-of-range field take the general path.
+  // Years 0–99 and any out-of-range field take the general path (Date.UTC maps 0–99 to 19xx).
   if (y < 100 || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || sec > 59) return Number.NaN;
-  if (d > 28 && d > new Date(Date.UTC(y, mo, 0)).getUTCDate()) return Number.NaN;
-  return Date.UTC(y, mo - 1, d, h, mi, sec, digit(v, 20) * 100 + two(v, 21));
+  const leap = isLeap(y);
+  if (d > 28 && d > DAYS_IN[mo - 1]! + (mo === 2 && leap ? 1 : 0)) return Number.NaN;
+  // Days since 1970-01-01 (proleptic Gregorian), as Date.UTC counts them.
+  const yb = y - 1;
+  const days = 365 * (y - 1970) + (Math.floor(yb / 4) - Math.floor(yb / 100) + Math.floor(yb / 400)) - 477 + DAYS_BEFORE[mo - 1]! + (mo > 2 && leap ? 1 : 0) + d - 1;
+  return days * 86_400_000 + h * 3_600_000 + mi * 60_000 + sec * 1000 + (v.charCodeAt(20) - 48) * 100 + two(v, 21);
 }
 
 const INHERITED = new Set(Object.getOwnPropertyNames(Object.prototype));

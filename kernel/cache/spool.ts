@@ -54,11 +54,14 @@ export class Spool {
     return join(this.dir, 'current.ndjson');
   }
 
-  /** Append one frame durably. Rotates the current file past `maxBytes`. */
-  async append(frame: Frame, maxBytes: number): Promise<void> {
+  /**
+   * Append one frame durably. The current file is sealed after it when it has
+   * grown past `maxBytes`, or when `seal` asks for it; the segment sealed is returned.
+   */
+  async append(frame: Frame, maxBytes: number, seal = false): Promise<SealedSegment | null> {
     await fsp.mkdir(this.dir, { recursive: true });
     const line = JSON.stringify(frame) + '\n';
-    await this.serial.run('', () => this.lock.with('append', async () => {
+    return this.serial.run('', () => this.lock.with('append', async () => {
       const size = await cutTornTail(this.currentPath);
       const fh = await fsp.open(this.currentPath, 'a');
       try {
@@ -69,7 +72,7 @@ export class Spool {
       }
       if (size === 0) await fsyncDir(this.dir);
       fault('spool.afterAppend');
-      if (size + Buffer.byteLength(line) >= maxBytes) await this.sealLocked();
+      return seal || size + Buffer.byteLength(line) >= maxBytes ? this.sealLocked() : null;
     }));
   }
 
@@ -88,9 +91,9 @@ export class Spool {
     );
   }
 
-  private async sealLocked(): Promise<void> {
+  private async sealLocked(): Promise<SealedSegment | null> {
     const size = await cutTornTail(this.currentPath);
-    if (size === 0) return;
+    if (size === 0) return null;
     const metaPath = join(this.dir, 'meta.json');
     const meta = await readJsonFile<{ v: 1; nextSegment: number }>(
       metaPath,
@@ -101,9 +104,11 @@ export class Spool {
     const onDisk = (await this.sealed()).map((s) => s.n);
     const n = Math.max(meta?.nextSegment ?? 0, ...onDisk.map((x) => x + 1));
     await writeJsonAtomic(metaPath, { v: 1, nextSegment: n + 1 });
-    await fsp.rename(this.currentPath, join(this.dir, `seg-${n}.ndjson`));
+    const path = join(this.dir, `seg-${n}.ndjson`);
+    await fsp.rename(this.currentPath, path);
     await fsyncDir(this.dir);
     fault('spool.afterSeal');
+    return { n, path };
   }
 
   async sealed(): Promise<SealedSegment[]> {

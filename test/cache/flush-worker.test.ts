@@ -14,7 +14,7 @@ import { commitRows } from '../../kernel/cache/commit.js';
 import { prepareRows } from '../../kernel/cache/decorate.js';
 import { FlushEncoder } from '../../kernel/cache/flush-encoder.js';
 import { encodeRows } from '../../kernel/cache/segment-rows.js';
-import { EVENTS, EVENTS_V2, openCache, rows } from '../support/datasets.js';
+import { collect, EVENTS, EVENTS_V2, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import { currentManifest, partitionDirs, readParquetRaw, walk } from './helpers.js';
 
@@ -63,6 +63,30 @@ describe('flush worker', () => {
     } finally {
       await inPlace.close();
       await worker.close();
+    }
+  });
+
+  test('a segment sealed by its append is built ahead; a sealed-only flush takes it and leaves the current file', async () => {
+    const root = tempDir();
+    const cache = await openCache(root, { seqBlockSize: 8, workerMinBytes: 0 });
+    const other = await openCache(root, { seqBlockSize: 8, workerMinBytes: 0 });
+    try {
+      await cache.appendValidated(S1, rows('web', 1, 30).map(([s, id, ts, msg]) => [s, id, Date.parse(ts as string), msg]), { seal: true });
+      await cache.appendRows(S1, ['source', 'id', 'ts', 'msg'], rows('web', 31, 5));
+      const dir = join(root, 'spools/events/s1');
+      assert.deepEqual((await fsp.readdir(dir)).filter((f) => f.endsWith('.ndjson')).sort(), ['current.ndjson', 'seg-0.ndjson']);
+      const first = await cache.flushTable(S1, { sealCurrent: false });
+      assert.deepEqual(first.partitions.map((p) => p.rows), [30]);
+      assert.ok((await fsp.readdir(dir)).includes('current.ndjson'), 'the current file is left to fill');
+      // A segment built ahead that another writer flushed first is not committed twice.
+      await cache.appendValidated(S1, rows('web', 36, 3).map(([s, id, ts, msg]) => [s, id, Date.parse(ts as string), msg]), { seal: true });
+      assert.equal((await other.flushTable(S1)).partitions[0]?.rows, 8);
+      assert.deepEqual((await cache.flushTable(S1)).partitions, []);
+      const web = (await collect(cache.storage.readRowsSince('datasets/events/source=web', {}))).map((r) => r.row.id);
+      assert.deepEqual(web, Array.from({ length: 38 }, (_, i) => i + 1));
+    } finally {
+      await cache.close();
+      await other.close();
     }
   });
 
