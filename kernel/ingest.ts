@@ -3,16 +3,23 @@
  * rows to a spool of this process, flush. A bad line (malformed JSON, wrong
  * type, missing required field, over the size limit) goes to the dead-letter
  * file with its line number and reason, whole; valid lines still commit.
+ *
+ * The work runs as a pipeline over two cores: the lines are parsed and
+ * validated into spool frames (ingest/parse.ts) in a parse worker once the
+ * input is large enough to pay for its start; this thread appends the frames
+ * and seals a segment every FLUSH_ROWS rows, whose flush the flush worker has
+ * started building meanwhile (LLP 0013, LLP 0016).
  */
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { HypsinkError } from '../types/errors.js';
-import { PARTITION_COLUMN } from '../types/schema.js';
-import { normalizeRowInto } from './cache/normalize.js';
 import { encodeSegment } from './cache/segments.js';
-import { lineBatches } from './io/lines.js';
+import { type FrameLine, type ParseOptions, type ParseOutput, type Rejection, RowParser } from './ingest/parse.js';
+import type { Parser } from './ingest/parsers.js';
+import { byteChunks } from './io/lines.js';
+import { WorkerStopped } from './io/worker.js';
 import type { Hypsink } from './runtime.js';
 
 export interface IngestResult {
@@ -24,13 +31,25 @@ export interface IngestResult {
   samples: { line: number; reason: string }[];
 }
 
+export interface IngestOptions {
+  /** Called with the lines read so far, every PROGRESS_LINES and at the end. */
+  readonly onProgress?: (lines: number) => void;
+  /** Parse in the parse worker once this many bytes were read (default 4 MiB); Infinity: never. */
+  readonly parseWorkerAfterBytes?: number;
+}
+
 const FRAME_ROWS = 10_000;
 /**
- * Flush every this many accepted rows while the input is still being read: the
- * flush worker builds and encodes one segment while this thread parses the next
- * (LLP 0013). Rows are durable in the spool from their frame on either way.
+ * Seal a segment every this many accepted rows while the input is still being
+ * read, and flush it: the flush worker builds and encodes one segment while the
+ * next is parsed (LLP 0013). Rows are durable in the spool from their frame on either way.
  */
 const FLUSH_ROWS = 50_000;
+const PROGRESS_LINES = 50_000;
+/** Below this much input the parse worker's start (≈ 0.2 s) costs more than it saves. */
+const PARSE_WORKER_AFTER_BYTES = 4 * 1024 * 1024;
+/** Chunks (64 KiB each from a file) sent to the parse worker and not yet answered, at most. */
+const IN_FLIGHT = 8;
 
 export async function ingestNdjson(
   k: Hypsink,
@@ -38,22 +57,15 @@ export async function ingestNdjson(
   source: string,
   input: Readable,
   label: string,
-  onProgress?: (lines: number) => void,
+  opts: IngestOptions = {},
 ): Promise<IngestResult> {
   const schema = k.cache.schema(dataset);
   const maxRowBytes = k.loaded.config.datasets[dataset]?.maxRowBytes ?? 1024 * 1024;
   const spool = { dataset, id: `ingest-${process.pid}-${randomBytes(4).toString('hex')}` };
-  const ignore = new Set([PARTITION_COLUMN]);
-  const width = schema.columns.length;
   const result: IngestResult = { accepted: 0, rejected: 0, deadLetter: null, samples: [] };
   let dead: fsp.FileHandle | undefined;
-  // The frame being filled, column by column; each row is validated into `scratch` first.
-  const scratch: unknown[] = new Array(width);
-  const newColumns = () => Array.from({ length: width }, (): unknown[] => []);
-  let columns = newColumns();
-  let rows = 0;
 
-  const reject = async (line: number, reason: string, raw: string) => {
+  const reject = async ({ line, reason, raw }: Rejection) => {
     result.rejected++;
     if (result.samples.length < 5) result.samples.push({ line, reason });
     if (!dead) {
@@ -64,83 +76,103 @@ export async function ingestNdjson(
     await dead.write(JSON.stringify(rec) + '\n');
   };
 
-  const flush = async (sealCurrent = true) => {
+  const flush = async (sealCurrent: boolean) => {
     const r = await k.cache.flushTable(spool, { sealCurrent });
     if (r.partitions.length > 0) await k.hooks.cacheFlushed.promise({ partitions: r.partitions });
   };
   // At most one append in flight: its write and fsync run while the next frame is parsed.
   // Appends stay in order, and a failed one surfaces at the next.
   let appending: Promise<void> = Promise.resolve();
-  const append = async (seal: boolean) => {
+  const append = async (frame: FrameLine, seal: boolean) => {
     await appending;
-    appending = k.cache.appendParts(spool, [{ source, rows, values: columns }], { seal });
+    appending = k.cache.appendFrame(spool, frame, { seal });
     appending.catch(() => undefined);
-    columns = newColumns();
-    rows = 0;
   };
   // At most one flush in flight; it runs while the next rows are read.
-  let flushing: Promise<void> | null = null;
+  let flushing = null as Promise<void> | null;
   let sinceFlush = 0;
+  let lines = 0;
 
-  let n = 0;
-  try {
-    for await (const lines of lineBatches(input)) {
-      for (const line of lines) {
-        n++;
-        if (n % 50_000 === 0) onProgress?.(n);
-        if (typeof line !== 'string') {
-          await reject(n, 'the line is not valid UTF-8', line.invalid);
-          continue;
-        }
-        const raw = line;
-        if (raw.trim() === '') continue;
-        // Characters bound bytes from below (and 3x from above): count bytes only when it can matter.
-        if (raw.length * 3 > maxRowBytes && Buffer.byteLength(raw) > maxRowBytes) {
-          await reject(n, `row is ${Buffer.byteLength(raw)} bytes, over the dataset's maxRowBytes ${maxRowBytes}`, raw);
-          continue;
-        }
-        let obj: unknown;
-        try {
-          obj = JSON.parse(raw);
-        } catch (e) {
-          await reject(n, `malformed JSON (${(e as Error).message})`, raw);
-          continue;
-        }
-        if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
-          await reject(n, 'not a JSON object', raw);
-          continue;
-        }
-        const row = obj as Record<string, unknown>;
-        if (row[PARTITION_COLUMN] !== undefined && row[PARTITION_COLUMN] !== source) {
-          await reject(n, `field "${PARTITION_COLUMN}" is ${JSON.stringify(row[PARTITION_COLUMN])} but --source is ${JSON.stringify(source)}`, raw);
-          continue;
-        }
-        const reason = normalizeRowInto(schema, row, scratch, 0, ignore);
-        if (reason !== null) {
-          await reject(n, reason, raw);
-          continue;
-        }
-        for (let ci = 0; ci < width; ci++) columns[ci]!.push(scratch[ci]);
-        rows++;
-        result.accepted++;
-        if (rows >= FRAME_ROWS) {
-          sinceFlush += rows;
-          const seal = sinceFlush >= FLUSH_ROWS;
-          await append(seal);
-          if (seal) {
-            sinceFlush = 0;
-            await flushing;
-            // The flush commits the segment the append seals, once it has.
-            flushing = appending.then(() => flush(false));
-            // A failed flush surfaces at the next await; its rows stay spooled for the next flush.
-            flushing.catch(() => undefined);
-          }
-        }
+  /** Take one parse output, in input order: dead-letter its rejections, append its frames. */
+  const take = async (out: ParseOutput) => {
+    for (const r of out.rejects) await reject(r);
+    for (const frame of out.frames) {
+      result.accepted += frame.rows;
+      sinceFlush += frame.rows;
+      const seal = sinceFlush >= FLUSH_ROWS;
+      await append(frame, seal);
+      if (seal) {
+        sinceFlush = 0;
+        await flushing;
+        // The flush commits the segment the append seals, once it has.
+        flushing = appending.then(() => flush(false));
+        // A failed flush surfaces at the next await; its rows stay spooled for the next flush.
+        flushing.catch(() => undefined);
       }
     }
-    await append(false);
+    if (Math.floor(out.lines / PROGRESS_LINES) > Math.floor(lines / PROGRESS_LINES)) opts.onProgress?.(out.lines);
+    lines = out.lines;
+  };
+
+  const parseOpts: ParseOptions = { schema, source, maxRowBytes, frameRows: FRAME_ROWS, firstLine: 0 };
+  const workerAfter = opts.parseWorkerAfterBytes ?? PARSE_WORKER_AFTER_BYTES;
+  let local = new RowParser(parseOpts);
+  let remote: Parser | null = null;
+  // The worker starts in the background; parsing moves there once it answers.
+  let workerReady = false;
+  let starting: Promise<void> | null = null;
+  const startWorker = () => {
+    starting ??= k.parsers.ready().then(
+      () => {
+        workerReady = true;
+      },
+      (e: unknown) => k.log.warn({ err: e }, 'ingest: the parse worker did not start; parsing in this thread'),
+    );
+    return starting;
+  };
+  const queue: Promise<ParseOutput>[] = [];
+  const enqueue = (p: Promise<ParseOutput>) => {
+    p.catch(() => undefined); // taken in order below
+    queue.push(p);
+  };
+
+  let read = 0;
+  try {
+    if (workerAfter <= 0) await startWorker();
+    for await (const bytes of byteChunks(input)) {
+      read += bytes.byteLength;
+      if (read >= workerAfter && !remote) void startWorker();
+      if (workerReady && !remote) {
+        // Hand over at a line boundary: the frame being filled is cut here, the line in progress goes along.
+        const { out, rest, line } = local.detach();
+        enqueue(Promise.resolve(out));
+        try {
+          remote = await k.parsers.parser({ ...parseOpts, firstLine: line });
+          if (rest.length > 0) enqueue(remote.push(rest));
+        } catch (e) {
+          k.log.warn({ err: e }, 'ingest: the parse worker stopped before it took over; parsing in this thread');
+          workerReady = false;
+          local = new RowParser({ ...parseOpts, firstLine: line });
+          enqueue(Promise.resolve(local.push(rest)));
+        }
+      }
+      enqueue(remote ? remote.push(bytes) : Promise.resolve(local.push(bytes)));
+      while (queue.length > (remote ? IN_FLIGHT : 0)) await take(await queue.shift()!);
+    }
+    enqueue(remote ? remote.end() : Promise.resolve(local.end()));
+    while (queue.length > 0) await take(await queue.shift()!);
     await appending;
-    onProgress?.(n);
+    opts.onProgress?.(lines);
+  } catch (e) {
+    await remote?.drop();
+    if (e instanceof WorkerStopped) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_RETRYABLE',
+        `${label}: ${e.message} after line ${lines}; the valid rows up to there are spooled and will be flushed, the rest is not ingested`,
+        { cause: e },
+      );
+    }
+    throw e;
   } finally {
     if (dead) {
       await dead.sync();
@@ -150,7 +182,7 @@ export async function ingestNdjson(
     await flushing?.catch(() => undefined);
   }
   await flushing;
-  await flush();
+  await flush(true);
   // The spool dir of this process is empty now; leave no trace of it.
   await fsp.rm(k.cache.spool(spool).dir, { recursive: true, force: true });
   return result;

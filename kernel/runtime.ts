@@ -2,6 +2,7 @@
  * The kernel, assembled from a loaded config: cache, hooks, plugin host, sinks
  * and driver. Every CLI command is a method here, so tests drive the same code.
  */
+import { ParseWorker } from './ingest/parsers.js';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger as Pino } from 'pino';
@@ -38,6 +39,8 @@ export interface RuntimeOptions {
 
 export class Hypsink {
   readonly driver: SinkDriver;
+  /** Where large ingests parse (LLP 0016). */
+  readonly parsers = new ParseWorker();
   private readonly abort = new AbortController();
 
   private constructor(
@@ -234,6 +237,7 @@ export class Hypsink {
     await this.hooks.shutdown.promise();
     for (const s of this.sinks.values()) await s.shipper.close().catch(() => undefined);
     await this.cache.close();
+    await this.parsers.close();
   }
 
   async deadLetterDir(): Promise<string> {

@@ -22,9 +22,14 @@ export interface SeqRange {
   readonly last: bigint;
 }
 
+/** A commit larger than the block size reserves this many times its size: the next large commits take seqs without a durable write. */
+const LARGE_COMMIT_BLOCKS = 4;
+
 export class SeqAllocator {
   private next = 0n;
   private end = -1n; // inclusive; next > end means no block in hand
+  /** The writer lock was taken anew: the block in hand holds only if nobody reserved since. */
+  private stale = false;
   private readonly mutex = new KeyedMutex();
   readonly path: string;
 
@@ -36,14 +41,15 @@ export class SeqAllocator {
   }
 
   /**
-   * Forget the block in hand. Called whenever this process takes the cache writer
-   * lock from nobody: another process may have reserved (and committed) higher
-   * seqs meanwhile, and stamping our older leftovers after theirs would break
-   * "commit order = seq order" within a partition.
+   * Called whenever this process takes the cache writer lock from nobody:
+   * another process may have reserved (and committed) higher seqs meanwhile,
+   * and stamping our older leftovers after theirs would break "commit order =
+   * seq order" within a partition. The next allocation checks: the block in
+   * hand is kept only if the file still ends at it, i.e. nobody reserved since.
+   * @ref LLP 0016: a block kept across lock takes
    */
   invalidate(): void {
-    this.next = 0n;
-    this.end = -1n;
+    this.stale = true;
   }
 
   /** `n` contiguous seqs. Caller holds the cache writer lock and the partition's commit section. */
@@ -51,11 +57,20 @@ export class SeqAllocator {
     if (!Number.isInteger(n) || n <= 0) throw new RangeError(`allocate(${n})`);
     return this.mutex.run('alloc', async () => {
       const want = BigInt(n);
+      if (this.stale) {
+        this.stale = false;
+        // Every reservation moves the file's end up, so an end equal to ours means nobody reserved after us.
+        if (this.end - this.next + 1n >= want && (await this.readReserved()) !== this.end) {
+          this.next = 0n;
+          this.end = -1n;
+        }
+      }
       if (this.end - this.next + 1n < want) {
         // Contiguity within a commit keeps pruned-range records compact; the rest of the block is a gap.
         const reserved = await this.readReserved();
         const first = reserved + 1n;
-        const size = want > BigInt(this.blockSize) ? want : BigInt(this.blockSize);
+        const block = BigInt(this.blockSize);
+        const size = want > block ? want * BigInt(LARGE_COMMIT_BLOCKS) : block;
         const end = first + size - 1n;
         await writeJsonAtomic(this.path, { v: 1, reservedThrough: end.toString() } satisfies AllocatorFile);
         fault('alloc.afterReserve');

@@ -15,7 +15,7 @@ import { SeqAllocator } from './allocator.js';
 import { commitRows } from './commit.js';
 import { type CompactResult, compactPartition } from './compaction.js';
 import { FlushEncoder } from './flush-encoder.js';
-import { encodeFrame, partsOf, type SpoolPart } from './frames.js';
+import { encodeFrameLine, partsOf } from './frames.js';
 import { normalizeRow } from './normalize.js';
 import { PartitionStore, partitionRef } from './partition.js';
 import { DEFAULT_ROW_GROUP_ROWS } from './parquet.js';
@@ -203,22 +203,22 @@ export class Cache {
     await this.appendValidated(ref, out);
   }
 
-  /** Append rows already validated by `normalizeRow`, as `[source, ...values in schema order]`. */
+  /** Append rows already validated by `normalizeRow`, as `[source, ...values in schema order]`, as one frame. */
   async appendValidated(ref: SpoolRef, rows: readonly (readonly unknown[])[], opts: { seal?: boolean } = {}): Promise<void> {
-    await this.appendParts(ref, partsOf(this.schema(ref.dataset).columns.length, rows), opts);
+    if (rows.length === 0) return;
+    const { columns } = this.schema(ref.dataset);
+    await this.appendFrame(ref, encodeFrameLine(columns, partsOf(columns.length, rows)), opts);
   }
 
   /**
-   * Append validated rows, column by column per source, as one frame. With
-   * `seal`, the spool's current file is sealed after them, and a large segment
-   * starts building in the flush worker at once, so the flush that commits it
-   * finds it ready (LLP 0013).
+   * Append one frame of validated rows (encodeFrameLine). With `seal`, the
+   * spool's current file is sealed after it, and a large segment starts building
+   * in the flush worker at once, so the flush that commits it finds it ready
+   * (LLP 0013).
    */
-  async appendParts(ref: SpoolRef, parts: readonly SpoolPart[], opts: { seal?: boolean } = {}): Promise<void> {
+  async appendFrame(ref: SpoolRef, frame: { readonly bytes: Uint8Array }, opts: { seal?: boolean } = {}): Promise<void> {
     const schema = this.schema(ref.dataset);
-    const nonEmpty = parts.filter((p) => p.rows > 0);
-    if (nonEmpty.length === 0) return;
-    const sealed = await this.spool(ref).append(encodeFrame(schema.columns, nonEmpty), this.opts.segmentBytes, opts.seal);
+    const sealed = await this.spool(ref).append(frame.bytes, this.opts.segmentBytes, opts.seal);
     if (sealed) this.encoder.warm(sealed.path, ref.dataset, schema);
   }
 

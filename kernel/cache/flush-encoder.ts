@@ -7,23 +7,23 @@
  * Both paths run the same functions (segment-rows.ts).
  * @ref LLP 0013: flush work off the main thread
  */
-import { Worker } from 'node:worker_threads';
 import { promises as fsp } from 'node:fs';
-import { ERROR_CODES, type ErrorCode, HypsinkError } from '../../types/errors.js';
+import { HypsinkError } from '../../types/errors.js';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { CommitRows, EncodedFile } from './commit.js';
+import { WorkerStopped, WorkerThread } from '../io/worker.js';
 import { encodeRows, segmentRows } from './segment-rows.js';
 
-/** What the flush thread asks of the worker; each message also carries a call number for the reply. */
-export type WorkerJob =
+/** What the flush thread asks of the worker. */
+export type FlushJob =
   | { op: 'prepare'; job: number; path: string; dataset: string; schema: DatasetSchema; rowGroupRows: number }
   | { op: 'encode'; job: number; source: string; firstSeq: string; batchId: string }
   | { op: 'release'; job: number };
-export type WorkerRequest = WorkerJob & { call: number };
 
-export type WorkerReply =
-  | { call: number; ok: true; groups?: { source: string; rows: number }[]; file?: EncodedFile }
-  | { call: number; ok: false; message: string; code?: string };
+export interface FlushReply {
+  groups?: { source: string; rows: number }[];
+  file?: EncodedFile;
+}
 
 /** A segment's partitions, each ready to commit; `release` frees what was not committed. */
 export interface SegmentCommit {
@@ -35,21 +35,16 @@ const IDLE_MS = 5_000;
 /** Segments built ahead of their flush (warm) at most. */
 const WARM_MAX = 2;
 
-/** The worker exited or failed to start; a flush using it fails retryably and its segment stays in the spool. */
-class WorkerStopped extends HypsinkError {
-  constructor(why: string) {
-    super('HYPSINK_ERR_RETRYABLE', `flush worker stopped (${why}); the segment stays in its spool and the next flush retries it`);
-  }
-}
-
 export class FlushEncoder {
-  private worker: Worker | undefined;
-  private readonly calls = new Map<number, { resolve: (r: WorkerReply & { ok: true }) => void; reject: (e: Error) => void }>();
-  private nextCall = 0;
   private nextJob = 0;
   /** Jobs prepared in the worker and not yet released: the worker holds their rows. */
   private readonly open = new Set<number>();
-  private idle: NodeJS.Timeout | undefined;
+  private readonly worker = new WorkerThread<FlushJob, FlushReply>(new URL('./flush-worker.ts', import.meta.url), {
+    what: 'flush worker',
+    onStop: 'the segment stays in its spool and the next flush retries it',
+    idleMs: IDLE_MS,
+    holding: () => this.open.size > 0,
+  });
   private readonly warmed = new Map<string, Promise<SegmentCommit | null>>();
 
   constructor(
@@ -103,7 +98,7 @@ export class FlushEncoder {
     let groups: { source: string; rows: number }[];
     this.open.add(job);
     try {
-      ({ groups = [] } = await this.call({ op: 'prepare', job, path, dataset, schema, rowGroupRows: this.rowGroupRows }));
+      ({ groups = [] } = await this.worker.call({ op: 'prepare', job, path, dataset, schema, rowGroupRows: this.rowGroupRows }));
     } catch (e) {
       this.open.delete(job);
       // A worker that could not start or died is no reason to fail the flush: build it here.
@@ -116,7 +111,7 @@ export class FlushEncoder {
         rows: {
           rows,
           encode: async (firstSeq, batchId) => {
-            const { file } = await this.call({ op: 'encode', job, source, firstSeq: firstSeq.toString(), batchId });
+            const { file } = await this.worker.call({ op: 'encode', job, source, firstSeq: firstSeq.toString(), batchId });
             if (!file) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `flush worker returned no file for ${path} (${source})`);
             return file;
           },
@@ -125,65 +120,15 @@ export class FlushEncoder {
       release: async () => {
         this.open.delete(job);
         // Freeing memory cannot fail a flush: a worker gone has freed it already.
-        if (this.worker) await this.call({ op: 'release', job }).catch(() => undefined);
-        else this.idleLater();
+        if (this.worker.running) await this.worker.call({ op: 'release', job }).catch(() => undefined);
+        else this.worker.idleLater();
       },
     };
   }
 
-  /** With nothing asked of it and no rows held, stop the worker after a while. */
-  private idleLater(): void {
-    clearTimeout(this.idle);
-    if (this.calls.size === 0 && this.open.size === 0) this.idle = setTimeout(() => void this.close(), IDLE_MS).unref();
-  }
-
   /** Stop the worker, if one runs. */
   async close(): Promise<void> {
-    clearTimeout(this.idle);
     this.warmed.clear();
-    const w = this.worker;
-    this.worker = undefined;
-    if (w) await w.terminate();
-  }
-
-  private call(m: WorkerJob): Promise<WorkerReply & { ok: true }> {
-    const w = this.start();
-    clearTimeout(this.idle);
-    const call = ++this.nextCall;
-    return new Promise((resolve, reject) => {
-      this.calls.set(call, { resolve, reject });
-      w.postMessage({ ...m, call } satisfies WorkerRequest);
-    });
-  }
-
-  private start(): Worker {
-    if (this.worker) return this.worker;
-    // The worker is TypeScript like the rest of the kernel: it registers the same loader first.
-    const tsx = import.meta.resolve('tsx/esm/api');
-    const entry = new URL('./flush-worker.ts', import.meta.url).href;
-    const w = new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); })`, {
-      eval: true,
-    });
-    w.unref(); // an idle worker never holds the process open
-    w.on('message', (r: WorkerReply) => {
-      const pending = this.calls.get(r.call);
-      if (!pending) return;
-      this.calls.delete(r.call);
-      if (r.ok) pending.resolve(r);
-      else if (r.code !== undefined && r.code in ERROR_CODES) pending.reject(new HypsinkError(r.code as ErrorCode, r.message));
-      else pending.reject(new Error(`flush worker: ${r.message}`));
-      this.idleLater();
-    });
-    const fail = (e: Error) => {
-      if (this.worker === w) this.worker = undefined;
-      for (const [call, p] of this.calls) {
-        this.calls.delete(call);
-        p.reject(new WorkerStopped(e.message));
-      }
-    };
-    w.on('error', fail);
-    w.on('exit', (code) => fail(new Error(`exited with code ${code}`)));
-    this.worker = w;
-    return w;
+    await this.worker.close();
   }
 }

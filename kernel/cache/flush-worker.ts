@@ -7,7 +7,8 @@
 import { parentPort } from 'node:worker_threads';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { PreparedRows } from './decorate.js';
-import type { WorkerReply, WorkerRequest } from './flush-encoder.js';
+import { serve } from '../io/worker.js';
+import type { FlushJob, FlushReply } from './flush-encoder.js';
 import { encodeRows, segmentRows } from './segment-rows.js';
 
 const port = parentPort;
@@ -16,35 +17,25 @@ if (!port) throw new Error('flush-worker.ts runs as a worker thread (see flush-e
 /** Prepared partitions of each segment in progress, by job id. */
 const jobs = new Map<number, { schema: DatasetSchema; rowGroupRows: number; parts: Map<string, PreparedRows> }>();
 
-async function handle(m: WorkerRequest): Promise<WorkerReply> {
+serve<FlushJob & { call: number }, FlushReply>(port, async (m) => {
   switch (m.op) {
     case 'prepare': {
       const parts = await segmentRows(m.path, m.dataset, m.schema);
       jobs.set(m.job, { schema: m.schema, rowGroupRows: m.rowGroupRows, parts });
-      return { call: m.call, ok: true, groups: [...parts].map(([source, p]) => ({ source, rows: p.rows })) };
+      return { reply: { groups: [...parts].map(([source, p]) => ({ source, rows: p.rows })) } };
     }
     case 'encode': {
       const job = jobs.get(m.job);
       const rows = job?.parts.get(m.source);
-      if (!job || !rows) throw new Error(`flush worker: no prepared rows for job ${m.job} source ${JSON.stringify(m.source)}`);
+      if (!job || !rows) throw new Error(`no prepared rows for job ${m.job} source ${JSON.stringify(m.source)}`);
       job.parts.delete(m.source);
       const file = encodeRows(job.schema, rows, BigInt(m.firstSeq), m.batchId, job.rowGroupRows);
       // Transferred, not copied: the bytes must own their whole buffer.
       const own = file.bytes.byteLength === file.bytes.buffer.byteLength ? file.bytes : file.bytes.slice();
-      return { call: m.call, ok: true, file: { ...file, bytes: own } };
+      return { reply: { file: { ...file, bytes: own } }, transfer: [own.buffer as ArrayBuffer] };
     }
     case 'release':
       jobs.delete(m.job);
-      return { call: m.call, ok: true };
+      return { reply: {} };
   }
-}
-
-port.on('message', (m: WorkerRequest) => {
-  handle(m).then(
-    (reply) => port.postMessage(reply, 'file' in reply && reply.file ? [reply.file.bytes.buffer as ArrayBuffer] : []),
-    (e: unknown) => {
-      const err = e as { message?: string; code?: string };
-      port.postMessage({ call: m.call, ok: false, message: String(err?.message ?? e), code: err?.code } satisfies WorkerReply);
-    },
-  );
 });

@@ -70,6 +70,12 @@ export function encodeFrame(columns: readonly ColumnSpec[], parts: readonly Spoo
   };
 }
 
+/** A v2 frame as the line a spool stores, newline included, in bytes of its own (transferable). */
+export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly SpoolPart[]): { bytes: Uint8Array; rows: number } {
+  const bytes = new TextEncoder().encode(`${JSON.stringify(encodeFrame(columns, parts))}\n`);
+  return { bytes, rows: parts.reduce((n, p) => n + p.rows, 0) };
+}
+
 /** Why `f` is not a frame, or null. Checks the shape, not the values. */
 export function frameProblem(f: unknown): string | null {
   const frame = f as { v?: unknown; cols?: unknown[]; rows?: unknown[]; parts?: { source?: unknown; rows?: unknown; ipc?: unknown }[] } | null;

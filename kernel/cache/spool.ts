@@ -55,12 +55,11 @@ export class Spool {
   }
 
   /**
-   * Append one frame durably. The current file is sealed after it when it has
+   * Append one frame (a line, encodeFrameLine) durably. The current file is sealed after it when it has
    * grown past `maxBytes`, or when `seal` asks for it; the segment sealed is returned.
    */
-  async append(frame: Frame, maxBytes: number, seal = false): Promise<SealedSegment | null> {
+  async append(line: Uint8Array, maxBytes: number, seal = false): Promise<SealedSegment | null> {
     await fsp.mkdir(this.dir, { recursive: true });
-    const line = JSON.stringify(frame) + '\n';
     return this.serial.run('', () => this.lock.with('append', async () => {
       const size = await cutTornTail(this.currentPath);
       const fh = await fsp.open(this.currentPath, 'a');
@@ -72,7 +71,7 @@ export class Spool {
       }
       if (size === 0) await fsyncDir(this.dir);
       fault('spool.afterAppend');
-      return seal || size + Buffer.byteLength(line) >= maxBytes ? this.sealLocked() : null;
+      return seal || size + line.byteLength >= maxBytes ? this.sealLocked() : null;
     }));
   }
 

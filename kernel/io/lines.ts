@@ -39,19 +39,39 @@ function decodeLines(bytes: Uint8Array): Line[] {
   }
 }
 
-export async function* lineBatches(input: Readable): AsyncIterable<Line[]> {
-  let rest: Uint8Array = new Uint8Array(0);
-  for await (const chunk of input) {
-    const bytes: Uint8Array = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : (chunk as Uint8Array);
-    const buf = rest.length > 0 ? Buffer.concat([rest, bytes]) : bytes;
+/**
+ * Bytes in, complete lines out: the part of a line a chunk cuts off waits for
+ * the next chunk. `end()` gives the last line if the input did not end with a newline.
+ */
+export class LineSplitter {
+  private rest: Uint8Array = new Uint8Array(0);
+
+  push(bytes: Uint8Array): Line[] {
+    const buf = this.rest.length > 0 ? Buffer.concat([this.rest, bytes]) : bytes;
     const nl = buf.lastIndexOf(NL);
     if (nl < 0) {
-      rest = buf;
-      continue;
+      this.rest = buf;
+      return [];
     }
     // Copy the tail so the chunk it came from can be freed.
-    rest = Uint8Array.prototype.slice.call(buf, nl + 1);
-    yield decodeLines(buf.subarray(0, nl));
+    this.rest = Uint8Array.prototype.slice.call(buf, nl + 1);
+    return decodeLines(buf.subarray(0, nl));
   }
-  if (rest.length > 0) yield decodeLines(rest);
+
+  end(): Line[] {
+    const rest = this.take();
+    return rest.length > 0 ? decodeLines(rest) : [];
+  }
+
+  /** The bytes of the line in progress, undecoded, for another splitter to go on with. */
+  take(): Uint8Array {
+    const rest = this.rest;
+    this.rest = new Uint8Array(0);
+    return rest;
+  }
+}
+
+/** Chunks as Uint8Array, whether the stream gives strings or bytes. */
+export async function* byteChunks(input: Readable): AsyncIterable<Uint8Array> {
+  for await (const chunk of input) yield typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : (chunk as Uint8Array);
 }

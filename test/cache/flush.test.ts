@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import type { Cache } from '../../kernel/cache/cache.js';
 import { rowId } from '../../kernel/cache/decorate.js';
 import { COLS, collect, EVENTS, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
@@ -74,7 +75,7 @@ describe('flush chokepoint', () => {
       { rows: 2, minSeq: '9', maxSeq: '10' },
     ]);
     assert.deepEqual(manifest.spools, { 'events/s1': 0 }, 'the consumed segment rides in the commit');
-    // The app rows took the next seqs; the block of 8 ran out at 8, so a new one was reserved.
+    // A commit larger than the block (10 > 8) reserved four times its size; the app rows took the next seqs from it.
     const app = await dumpPartition(join(root, cache.partition('events', 'app').path));
     assert.deepEqual(
       app.map((r) => r.seq),
@@ -82,7 +83,7 @@ describe('flush chokepoint', () => {
     );
     const alloc = await readJson<{ reservedThrough: unknown }>(join(root, '_hyp_ingest_seq.json'));
     assert.equal(typeof alloc.reservedThrough, 'string', 'decimal string on disk');
-    assert.equal(alloc.reservedThrough, '18');
+    assert.equal(alloc.reservedThrough, '40');
     // The spool segment is gone once every partition committed.
     assert.deepEqual((await walk(join(root, 'spools'))).filter((p) => p.endsWith('.ndjson')), []);
   });
@@ -226,6 +227,25 @@ describe('commit order = seq order', () => {
     const seqs = await checkPartitions(root, expect);
     // Each writer session reserved a fresh block above the other's: gaps, never reuse.
     assert.ok(BigInt(seqs[seqs.length - 1]!) > 5n * 1024n, `seqs ${seqs.join(',')}`);
+  });
+
+  test('a writer keeps its block across lock takes while nobody else reserved', async () => {
+    const root = tempDir();
+    const a = await openCache(root, { seqBlockSize: 100 });
+    const b = await openCache(root, { seqBlockSize: 100 });
+    const reserved = async () => (await readJson<{ reservedThrough: string }>(join(root, '_hyp_ingest_seq.json'))).reservedThrough;
+    const flushRows = async (c: Cache, id: string, from: number) => {
+      await c.appendRows({ dataset: 'events', id }, COLS, rows('web', from, 3));
+      await c.flushTable({ dataset: 'events', id });
+    };
+    await flushRows(a, 'sa', 0);
+    await flushRows(a, 'sa', 10);
+    assert.equal(await reserved(), '100', 'the second flush took seqs from the block in hand');
+    await flushRows(b, 'sb', 20);
+    await flushRows(a, 'sa', 30);
+    const web = await dumpPartition(join(root, a.partition('events', 'web').path));
+    assert.deepEqual(web.map((r) => [r.id, r.seq]), [[0, '1'], [1, '2'], [2, '3'], [10, '4'], [11, '5'], [12, '6'], [20, '101'], [21, '102'], [22, '103'], [30, '201'], [31, '202'], [32, '203']]);
+    assert.equal(await reserved(), '300');
   });
 
   test('two child processes flushing into one partition at once', async () => {

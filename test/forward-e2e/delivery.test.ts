@@ -4,6 +4,7 @@
  * Delivery, backpressure, 413 re-planning, auth and refused connections.
  * @ref LLP 0008: the batch id; LLP 0009: the receiver's ledger
  */
+import { SeqAllocator } from '../../kernel/cache/allocator.js';
 import assert from 'node:assert/strict';
 import { promises as fsp, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -238,9 +239,13 @@ test('6c. 413 on a unit smaller than unit.maxRows whose seqs are not consecutive
     // The usual bound (5000 rows by default) is far above the rows pending, so the unit is cut by the data.
     await ws.writeConfig(e2eConfig(r.url, { unit: { maxRows: 100 } }));
     await withKernel(ws.configPath, async ({ k }) => {
-      // Three ingests, as three `hypsink ingest` runs would do: each flush stamps seqs from its own block.
+      // Three ingests with another writer reserving seqs between them, as other `hypsink ingest`
+      // runs would: each flush then stamps seqs from a block of its own (LLP 0016).
+      const otherWriter = () => new SeqAllocator(k.cache.root, 1024).allocate(1);
       await ingest(k, 'alpha', 1, 2);
+      await otherWriter();
       await ingest(k, 'alpha', 3, 2);
+      await otherWriter();
       await ingest(k, 'alpha', 5, 2);
       const hw = Number(partitionStatus(await k.status(), 'alpha').highWater);
       assert.ok(hw >= 2 * 6, `precondition: the 6 rows span ${hw} seqs, more than twice their count`);

@@ -1,0 +1,135 @@
+/**
+ * NDJSON bytes → spool frames and rejections: the pure, costly half of an
+ * ingest. Each line is parsed and validated against the dataset schema; a valid
+ * row goes into the frame being filled, column by column; a bad line (malformed
+ * JSON, wrong type, missing required field, over the size limit, not UTF-8)
+ * comes back whole with its line number and reason. It runs in the ingesting
+ * thread or in a parse worker (parsers.ts) with the same result.
+ * @ref LLP 0016: ingest parses in a worker
+ */
+import type { DatasetSchema } from '../../types/schema.js';
+import { PARTITION_COLUMN } from '../../types/schema.js';
+import { encodeFrameLine } from '../cache/frames.js';
+import { normalizeRowInto } from '../cache/normalize.js';
+import { LineSplitter } from '../io/lines.js';
+
+export interface ParseOptions {
+  readonly schema: DatasetSchema;
+  readonly source: string;
+  readonly maxRowBytes: number;
+  /** Rows per spool frame. */
+  readonly frameRows: number;
+  /** Lines before the first byte this parser sees (it numbers lines from firstLine + 1). */
+  readonly firstLine: number;
+}
+
+export interface Rejection {
+  readonly line: number;
+  readonly reason: string;
+  readonly raw: string;
+}
+
+/** A spool frame ready to append: one line of bytes (newline included). */
+export interface FrameLine {
+  readonly bytes: Uint8Array;
+  readonly rows: number;
+}
+
+export interface ParseOutput {
+  readonly frames: FrameLine[];
+  readonly rejects: Rejection[];
+  /** Lines seen so far, in all. */
+  readonly lines: number;
+}
+
+const ignore = new Set([PARTITION_COLUMN]);
+
+export class RowParser {
+  private readonly splitter = new LineSplitter();
+  private readonly width: number;
+  /** Each row is validated into this first, then copied into the frame's columns. */
+  private readonly scratch: unknown[];
+  private columns: unknown[][];
+  private rows = 0;
+  private line: number;
+
+  constructor(private readonly opts: ParseOptions) {
+    this.width = opts.schema.columns.length;
+    this.scratch = new Array(this.width);
+    this.columns = this.newColumns();
+    this.line = opts.firstLine;
+  }
+
+  push(bytes: Uint8Array): ParseOutput {
+    return this.parse(this.splitter.push(bytes), false);
+  }
+
+  /** The rest: a last line without a newline, and the frame being filled. */
+  end(): ParseOutput {
+    return this.parse(this.splitter.end(), true);
+  }
+
+  /**
+   * Stop here for another parser to go on: the frame being filled, the bytes of
+   * the line in progress and the lines seen so far (the next parser's firstLine).
+   */
+  detach(): { out: ParseOutput; rest: Uint8Array; line: number } {
+    const rest = this.splitter.take();
+    return { out: this.parse([], true), rest, line: this.line };
+  }
+
+  private parse(lines: ReturnType<LineSplitter['push']>, last: boolean): ParseOutput {
+    const { schema, source, maxRowBytes, frameRows } = this.opts;
+    const out: ParseOutput = { frames: [], rejects: [], lines: 0 };
+    for (const line of lines) {
+      const n = ++this.line;
+      if (typeof line !== 'string') {
+        out.rejects.push({ line: n, reason: 'the line is not valid UTF-8', raw: line.invalid });
+        continue;
+      }
+      if (line.trim() === '') continue;
+      // Characters bound bytes from below (and 3x from above): count bytes only when it can matter.
+      if (line.length * 3 > maxRowBytes && Buffer.byteLength(line) > maxRowBytes) {
+        out.rejects.push({ line: n, reason: `row is ${Buffer.byteLength(line)} bytes, over the dataset's maxRowBytes ${maxRowBytes}`, raw: line });
+        continue;
+      }
+      let obj: unknown;
+      try {
+        obj = JSON.parse(line);
+      } catch (e) {
+        out.rejects.push({ line: n, reason: `malformed JSON (${(e as Error).message})`, raw: line });
+        continue;
+      }
+      if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
+        out.rejects.push({ line: n, reason: 'not a JSON object', raw: line });
+        continue;
+      }
+      const row = obj as Record<string, unknown>;
+      if (row[PARTITION_COLUMN] !== undefined && row[PARTITION_COLUMN] !== source) {
+        const reason = `field "${PARTITION_COLUMN}" is ${JSON.stringify(row[PARTITION_COLUMN])} but --source is ${JSON.stringify(source)}`;
+        out.rejects.push({ line: n, reason, raw: line });
+        continue;
+      }
+      const reason = normalizeRowInto(schema, row, this.scratch, 0, ignore);
+      if (reason !== null) {
+        out.rejects.push({ line: n, reason, raw: line });
+        continue;
+      }
+      for (let ci = 0; ci < this.width; ci++) this.columns[ci]!.push(this.scratch[ci]);
+      if (++this.rows >= frameRows) out.frames.push(this.frame());
+    }
+    if (last && this.rows > 0) out.frames.push(this.frame());
+    return { ...out, lines: this.line };
+  }
+
+  private frame(): FrameLine {
+    const frame = encodeFrameLine(this.opts.schema.columns, [{ source: this.opts.source, rows: this.rows, values: this.columns }]);
+    this.columns = this.newColumns();
+    this.rows = 0;
+    return frame;
+  }
+
+  private newColumns(): unknown[][] {
+    return Array.from({ length: this.width }, () => []);
+  }
+}

@@ -1,0 +1,111 @@
+/**
+ * Where an ingest parses does not change what it commits or rejects (LLP 0016):
+ * in this thread, in the parse worker from the first byte, or handed over to
+ * the worker mid-way, the same rows are committed in the same order and the same
+ * lines reach the dead letter with the same numbers and reasons. The input is
+ * cut into chunks that split lines and multi-byte characters.
+ */
+import assert from 'node:assert/strict';
+import { promises as fsp } from 'node:fs';
+import { Readable } from 'node:stream';
+import { test } from 'node:test';
+import { ingestNdjson } from '../../kernel/ingest.js';
+import { collect } from '../support/datasets.js';
+import { openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { tempDir } from '../support/tmp.js';
+
+const TS = (id: number) => new Date(Date.UTC(2026, 0, 1) + id * 1000).toISOString();
+
+/** ~36k lines: valid rows (some multi-byte, some CRLF) with a bad line of each kind every few thousand. */
+function input(): Buffer {
+  const parts: Buffer[] = [];
+  let id = 0;
+  for (let i = 1; i <= 36_000; i++) {
+    const row = { id: ++id, ts: TS(id), msg: i % 7 === 0 ? `ünï ${'é'.repeat(i % 13)} 🎉` : `m${id}` };
+    let line = JSON.stringify(row);
+    if (i % 4999 === 0) line = `{"id":${id},"ts":"${TS(id)}","msg":`; // malformed
+    if (i % 5003 === 0) line = JSON.stringify({ ...row, colour: 'red' }); // unknown field
+    if (i % 6007 === 0) line = ''; // blank: skipped, still counted
+    const eol = i % 11 === 0 ? '\r\n' : '\n';
+    parts.push(Buffer.from(line + eol, 'utf8'));
+    if (i % 7001 === 0) parts.push(Buffer.from([0x7b, 0xff, 0xfe, 0x7d, 0x0a])); // not UTF-8
+  }
+  parts.push(Buffer.from(JSON.stringify({ id: ++id, ts: TS(id), msg: 'last, without a newline' })));
+  return Buffer.concat(parts);
+}
+
+/** The input in chunks of 1–9 KiB: lines and characters are cut anywhere. */
+function chunks(bytes: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  let a = 7;
+  for (let at = 0; at < bytes.length; ) {
+    a = (Math.imul(a, 1103515245) + 12345) >>> 0;
+    const n = 1024 + (a % 8192);
+    out.push(bytes.subarray(at, at + n));
+    at += n;
+  }
+  return out;
+}
+
+async function run(bytes: Buffer, parseWorkerAfterBytes: number) {
+  const dir = tempDir();
+  const { k } = await openKernel(await writeConfig(dir, sampleConfig()));
+  try {
+    const r = await ingestNdjson(k, 'events', 'web', Readable.from(chunks(bytes)), 'input.ndjson', { parseWorkerAfterBytes });
+    const rows = (await collect(k.cache.storage.readRowsSince(k.cache.partition('events', 'web'), {}))).map((x) => x.row);
+    const dead = r.deadLetter
+      ? (await fsp.readFile(r.deadLetter, 'utf8'))
+          .trimEnd()
+          .split('\n')
+          .map((l) => {
+            const { line, reason, raw } = JSON.parse(l) as { line: number; reason: string; raw: string };
+            return { line, reason, raw };
+          })
+      : [];
+    return { accepted: r.accepted, rejected: r.rejected, samples: r.samples, rows, dead, worker: k.parsers.running };
+  } finally {
+    await k.close();
+  }
+}
+
+test('the parse worker commits and rejects what parsing in place does, also when it takes over mid-way', async () => {
+  const bytes = input();
+  const here = await run(bytes, Number.POSITIVE_INFINITY);
+  assert.equal(here.worker, false);
+  assert.equal(here.rejected, 7 + 7 + 5);
+  assert.equal(here.accepted + here.rejected + 5, 36_001 + 5, 'every line is a row, a rejection or blank');
+  assert.equal(here.rows.length, here.accepted);
+  assert.deepEqual(here.dead.slice(0, 2).map((d) => d.line), [4999, 5003]);
+  assert.ok(here.dead.some((d) => d.reason === 'the line is not valid UTF-8' && d.line === 7002));
+  assert.equal(here.rows.at(-1)?.msg, 'last, without a newline');
+  for (const after of [0, Math.floor(bytes.length / 3)]) {
+    const there = await run(bytes, after);
+    assert.deepEqual(there, { ...here, worker: true }, `parse worker after ${after} bytes`);
+  }
+});
+
+test('a parse worker that stops mid-way fails the ingest retryably; what it had spooled flushes, in order, once', async () => {
+  const dir = tempDir();
+  const { k } = await openKernel(await writeConfig(dir, sampleConfig()));
+  try {
+    const all = chunks(input());
+    async function* stopping() {
+      for (const [i, c] of all.entries()) {
+        if (i === Math.floor(all.length / 2)) await k.parsers.close();
+        yield c;
+      }
+    }
+    await assert.rejects(ingestNdjson(k, 'events', 'web', Readable.from(stopping()), 'input.ndjson', { parseWorkerAfterBytes: 0 }), (e: { code?: string; message?: string }) => {
+      assert.equal(e.code, 'HYPSINK_ERR_RETRYABLE');
+      assert.match(e.message ?? '', /^input\.ndjson: ingest parse worker stopped \(.*\) after line \d+; the valid rows up to there are spooled/);
+      return true;
+    });
+    await k.cache.flushAll();
+    const ids = (await collect(k.cache.storage.readRowsSince(k.cache.partition('events', 'web'), {}))).map((x) => x.row.id as number);
+    assert.ok(ids.length >= 10_000, `whole frames were spooled before the stop (${ids.length})`);
+    assert.ok(ids.every((id, i) => i === 0 || id > ids[i - 1]!), 'in input order, each once');
+    assert.equal(ids[0], 1);
+  } finally {
+    await k.close();
+  }
+});
