@@ -16,9 +16,9 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { HypsinkError } from '../types/errors.js';
 import { encodeSegment } from './cache/segments.js';
+import { setImmediate } from 'node:timers/promises';
 import { type FrameLine, type ParseOptions, type ParseOutput, type Rejection, RowParser } from './ingest/parse.js';
-import type { Parser } from './ingest/parsers.js';
-import { byteChunks } from './io/lines.js';
+import { byteChunks, type LineBlock, LineBlocks } from './io/lines.js';
 import { WorkerStopped } from './io/worker.js';
 import type { Hypsink } from './runtime.js';
 
@@ -48,8 +48,14 @@ const FLUSH_ROWS = 50_000;
 const PROGRESS_LINES = 50_000;
 /** Below this much input the parse worker's start (≈ 0.2 s) costs more than it saves. */
 const PARSE_WORKER_AFTER_BYTES = 4 * 1024 * 1024;
-/** Chunks (64 KiB each from a file) sent to the parse worker and not yet answered, at most. */
-const IN_FLIGHT = 8;
+/** Blocks of whole lines: the unit of parsing work, here or in the worker (≈ 6k demo rows). */
+const BLOCK_BYTES = 1024 * 1024;
+/** Blocks at the worker and not yet answered, at most: one it parses, one waiting; the next is parsed here. */
+const WORKER_BLOCKS = 2;
+/** Blocks parsed or being parsed and not yet taken, at most. */
+const QUEUED = 4;
+/** A block parsed here is parsed a slice at a time, with an event-loop turn between slices. */
+const SLICE_BYTES = 128 * 1024;
 
 export async function ingestNdjson(
   k: Hypsink,
@@ -114,65 +120,79 @@ export async function ingestNdjson(
     lines = out.lines;
   };
 
-  const parseOpts: ParseOptions = { schema, source, maxRowBytes, frameRows: FRAME_ROWS, firstLine: 0 };
+  const parseOpts = (firstLine: number): ParseOptions => ({ schema, source, maxRowBytes, frameRows: FRAME_ROWS, firstLine });
   const workerAfter = opts.parseWorkerAfterBytes ?? PARSE_WORKER_AFTER_BYTES;
-  let local = new RowParser(parseOpts);
-  let remote: Parser | null = null;
-  // The worker starts in the background; parsing moves there once it answers.
-  let workerReady = false;
+  // The worker starts in the background once the input is large enough; until it answers, blocks parse here.
+  let workerUp = false;
   let starting: Promise<void> | null = null;
   const startWorker = () => {
     starting ??= k.parsers.ready().then(
       () => {
-        workerReady = true;
+        workerUp = true;
       },
       (e: unknown) => k.log.warn({ err: e }, 'ingest: the parse worker did not start; parsing in this thread'),
     );
     return starting;
   };
-  const queue: Promise<ParseOutput>[] = [];
-  const enqueue = (p: Promise<ParseOutput>) => {
-    p.catch(() => undefined); // taken in order below
-    queue.push(p);
+
+  /** Parse a block here, a slice at a time, so appends and flushes move between slices; one block at a time. */
+  let here: Promise<unknown> = Promise.resolve();
+  const parseHere = (block: LineBlock): Promise<ParseOutput> => {
+    const run = here.then(async () => {
+      const parser = new RowParser(parseOpts(block.firstLine));
+      const frames: FrameLine[] = [];
+      const rejects: Rejection[] = [];
+      for (let at = 0; at < block.bytes.length; at += SLICE_BYTES) {
+        const out = parser.push(block.bytes.subarray(at, at + SLICE_BYTES));
+        frames.push(...out.frames);
+        rejects.push(...out.rejects);
+        await setImmediate();
+      }
+      const last = parser.end();
+      return { frames: [...frames, ...last.frames], rejects: [...rejects, ...last.rejects], lines: last.lines };
+    });
+    here = run.catch(() => undefined);
+    return run;
+  };
+  let atWorker = 0;
+  const parseThere = async (block: LineBlock): Promise<ParseOutput> => {
+    atWorker++;
+    try {
+      return await k.parsers.parse(parseOpts(block.firstLine), block.bytes);
+    } catch (e) {
+      if (!(e instanceof WorkerStopped)) throw e;
+      // The block is still here: parse it here, and the rest too.
+      workerUp = false;
+      k.log.warn({ err: e }, 'ingest: the parse worker stopped; parsing in this thread');
+      return parseHere(block);
+    } finally {
+      atWorker--;
+    }
   };
 
+  // Blocks in input order, parsed there or here; outputs are taken in the same order.
+  const queue: Promise<ParseOutput>[] = [];
+  const dispatch = async (block: LineBlock) => {
+    const p = workerUp && atWorker < WORKER_BLOCKS ? parseThere(block) : parseHere(block);
+    p.catch(() => undefined); // taken in order below
+    queue.push(p);
+    while (queue.length > QUEUED) await take(await queue.shift()!);
+  };
+
+  const blocks = new LineBlocks(BLOCK_BYTES);
   let read = 0;
   try {
-    if (workerAfter <= 0) await startWorker();
+    // A worker already running (a previous ingest's, not yet idle) parses from the first block.
+    if (workerAfter <= 0 || (workerAfter < Number.POSITIVE_INFINITY && k.parsers.running)) await startWorker();
     for await (const bytes of byteChunks(input)) {
       read += bytes.byteLength;
-      if (read >= workerAfter && !remote) void startWorker();
-      if (workerReady && !remote) {
-        // Hand over at a line boundary: the frame being filled is cut here, the line in progress goes along.
-        const { out, rest, line } = local.detach();
-        enqueue(Promise.resolve(out));
-        try {
-          remote = await k.parsers.parser({ ...parseOpts, firstLine: line });
-          if (rest.length > 0) enqueue(remote.push(rest));
-        } catch (e) {
-          k.log.warn({ err: e }, 'ingest: the parse worker stopped before it took over; parsing in this thread');
-          workerReady = false;
-          local = new RowParser({ ...parseOpts, firstLine: line });
-          enqueue(Promise.resolve(local.push(rest)));
-        }
-      }
-      enqueue(remote ? remote.push(bytes) : Promise.resolve(local.push(bytes)));
-      while (queue.length > (remote ? IN_FLIGHT : 0)) await take(await queue.shift()!);
+      if (read >= workerAfter) void startWorker();
+      for (const block of blocks.push(bytes)) await dispatch(block);
     }
-    enqueue(remote ? remote.end() : Promise.resolve(local.end()));
+    for (const block of blocks.end()) await dispatch(block);
     while (queue.length > 0) await take(await queue.shift()!);
     await appending;
     opts.onProgress?.(lines);
-  } catch (e) {
-    await remote?.drop();
-    if (e instanceof WorkerStopped) {
-      throw new HypsinkError(
-        'HYPSINK_ERR_RETRYABLE',
-        `${label}: ${e.message} after line ${lines}; the valid rows up to there are spooled and will be flushed, the rest is not ingested`,
-        { cause: e },
-      );
-    }
-    throw e;
   } finally {
     if (dead) {
       await dead.sync();

@@ -4,7 +4,8 @@
  * row goes into the frame being filled, column by column; a bad line (malformed
  * JSON, wrong type, missing required field, over the size limit, not UTF-8)
  * comes back whole with its line number and reason. It runs in the ingesting
- * thread or in a parse worker (parsers.ts) with the same result.
+ * thread or in a parse worker (parsers.ts), a block of lines at a time, with
+ * the same result.
  * @ref LLP 0016: ingest parses in a worker
  */
 import type { DatasetSchema } from '../../types/schema.js';
@@ -38,8 +39,16 @@ export interface FrameLine {
 export interface ParseOutput {
   readonly frames: FrameLine[];
   readonly rejects: Rejection[];
-  /** Lines seen so far, in all. */
+  /** Lines of the input up to here (firstLine + the lines parsed). */
   readonly lines: number;
+}
+
+/** Parse one block of whole lines (LineBlocks) into frames and rejections. */
+export function parseBlock(opts: ParseOptions, bytes: Uint8Array): ParseOutput {
+  const p = new RowParser(opts);
+  const a = p.push(bytes);
+  const b = p.end();
+  return { frames: [...a.frames, ...b.frames], rejects: [...a.rejects, ...b.rejects], lines: b.lines };
 }
 
 const ignore = new Set([PARTITION_COLUMN]);
@@ -67,15 +76,6 @@ export class RowParser {
   /** The rest: a last line without a newline, and the frame being filled. */
   end(): ParseOutput {
     return this.parse(this.splitter.end(), true);
-  }
-
-  /**
-   * Stop here for another parser to go on: the frame being filled, the bytes of
-   * the line in progress and the lines seen so far (the next parser's firstLine).
-   */
-  detach(): { out: ParseOutput; rest: Uint8Array; line: number } {
-    const rest = this.splitter.take();
-    return { out: this.parse([], true), rest, line: this.line };
   }
 
   private parse(lines: ReturnType<LineSplitter['push']>, last: boolean): ParseOutput {

@@ -1,8 +1,8 @@
 /**
- * NDJSON input as batches of lines, one batch per chunk read. Iterating line by
- * line with readline costs an event-loop turn per line, which dominated ingest;
- * this hands a whole chunk's lines to synchronous code. Bytes that are not
- * UTF-8 are not silently replaced: such a line comes back marked invalid.
+ * NDJSON input as lines and as blocks of whole lines. Iterating line by line
+ * with readline costs an event-loop turn per line, which dominated ingest; this
+ * hands a whole chunk's lines to synchronous code. Bytes that are not UTF-8 are
+ * not silently replaced: such a line comes back marked invalid.
  */
 import type { Readable } from 'node:stream';
 
@@ -59,15 +59,60 @@ export class LineSplitter {
   }
 
   end(): Line[] {
-    const rest = this.take();
-    return rest.length > 0 ? decodeLines(rest) : [];
-  }
-
-  /** The bytes of the line in progress, undecoded, for another splitter to go on with. */
-  take(): Uint8Array {
     const rest = this.rest;
     this.rest = new Uint8Array(0);
-    return rest;
+    return rest.length > 0 ? decodeLines(rest) : [];
+  }
+}
+
+/** A run of whole lines of the input, and how many lines came before it. */
+export interface LineBlock {
+  readonly bytes: Uint8Array;
+  readonly firstLine: number;
+}
+
+/**
+ * Bytes in, blocks of whole lines out, each at least `minBytes` (but the last):
+ * independent pieces of work, each numbered from the line it starts at.
+ */
+export class LineBlocks {
+  private parts: Uint8Array[] = [];
+  private size = 0;
+  /** The part holding the last newline seen, or -1: found per chunk, so a line of any length costs no rescans. */
+  private lastNl = -1;
+  private lines = 0;
+
+  constructor(private readonly minBytes: number) {}
+
+  push(bytes: Uint8Array): LineBlock[] {
+    this.parts.push(bytes);
+    this.size += bytes.byteLength;
+    if (bytes.lastIndexOf(NL) >= 0) this.lastNl = this.parts.length - 1;
+    if (this.size < this.minBytes || this.lastNl < 0) return [];
+    const cut = this.parts[this.lastNl]!;
+    const nl = cut.lastIndexOf(NL);
+    const head = [...this.parts.slice(0, this.lastNl), cut.subarray(0, nl + 1)];
+    // Copy the tail so the chunk it came from can be freed.
+    const rest = [Uint8Array.prototype.slice.call(cut, nl + 1), ...this.parts.slice(this.lastNl + 1)].filter((p) => p.length > 0);
+    this.parts = rest;
+    this.size = rest.reduce((n, p) => n + p.byteLength, 0);
+    this.lastNl = -1;
+    return [this.block(Buffer.concat(head))];
+  }
+
+  /** The rest, a last line without its newline included. */
+  end(): LineBlock[] {
+    const all = Buffer.concat(this.parts, this.size);
+    this.parts = [];
+    this.size = 0;
+    this.lastNl = -1;
+    return all.length > 0 ? [this.block(all)] : [];
+  }
+
+  private block(bytes: Uint8Array): LineBlock {
+    const b = { bytes, firstLine: this.lines };
+    for (let at = bytes.indexOf(NL); at >= 0; at = bytes.indexOf(NL, at + 1)) this.lines++;
+    return b;
   }
 }
 
