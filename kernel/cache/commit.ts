@@ -59,12 +59,18 @@ export function tsRange(table: Table, schema: DatasetSchema): { minTs: number | 
   if (!col) return { minTs: null, maxTs: null };
   let lo = Number.POSITIVE_INFINITY;
   let hi = Number.NEGATIVE_INFINITY;
-  for (let i = 0; i < table.numRows; i++) {
-    const v = col.get(i);
-    if (v === null || v === undefined) continue;
-    const n = Number(v);
-    if (n < lo) lo = n;
-    if (n > hi) hi = n;
+  for (const data of col.data) {
+    // Epoch ms as the two 32-bit halves of each int64: no BigInt per row.
+    const v = data.values as BigInt64Array;
+    const halves = new Int32Array(v.buffer, v.byteOffset, v.length * 2);
+    const nulls = data.nullCount > 0 ? data.nullBitmap : null;
+    for (let i = 0; i < data.length; i++) {
+      const bit = data.offset + i;
+      if (nulls && (nulls[bit >> 3]! & (1 << (bit & 7))) === 0) continue;
+      const n = halves[2 * i + 1]! * 4294967296 + (halves[2 * i]! >>> 0);
+      if (n < lo) lo = n;
+      if (n > hi) hi = n;
+    }
   }
   return lo <= hi ? { minTs: lo, maxTs: hi } : { minTs: null, maxTs: null };
 }

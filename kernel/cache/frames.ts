@@ -1,10 +1,13 @@
 /**
  * Spool frames: what one append stores, as one line of a spool file.
  *
- * v2 holds each source's rows as Arrow columns in an IPC stream, base64 so the
- * frame stays one line (a torn tail is still found by its missing newline). The
- * appending thread builds the columns once; the flush reads them back without a
- * parse per value. v1 (rows as JSON arrays) is read for spools written before.
+ * v2 holds each source's rows as Arrow columns in an IPC stream. The line is a
+ * JSON header (`{"v":2,"cols":[…],"parts":[{"source","rows","bytes"}]}`), a tab,
+ * and the parts' streams one after another in base64, so the frame stays one
+ * line (a torn tail is still found by its missing newline) and the bulk is
+ * never scanned as JSON. The appending thread builds the columns once; the flush
+ * reads them back without a parse per value. v1 (rows as JSON arrays, one JSON
+ * line, which never holds a raw tab) is read for spools written before.
  * @ref LLP 0015: spool frames as Arrow columns, row ids over column bytes
  */
 import { type Data, makeData, RecordBatch, Struct, Table, tableFromIPC, tableToIPC } from 'apache-arrow';
@@ -19,11 +22,13 @@ export interface FrameV1 {
   rows: unknown[][];
 }
 
-/** v2: column names at append time, then per source its row count and columns as base64 Arrow IPC. */
+/** v2: column names at append time, per source its row count and IPC stream length, and the streams. */
 export interface FrameV2 {
   v: 2;
   cols: string[];
-  parts: { source: string; rows: number; ipc: string }[];
+  parts: { source: string; rows: number; bytes: number }[];
+  /** The parts' IPC streams, one after another (not in the header: after its tab). */
+  payload: Uint8Array;
 }
 
 export type Frame = FrameV1 | FrameV2;
@@ -55,30 +60,48 @@ export function partsOf(width: number, rows: readonly (readonly unknown[])[]): S
   return [...bySource].map(([source, values]) => ({ source, rows: values[0]?.length ?? 0, values }));
 }
 
-/** Build a v2 frame: each part's columns, built once, as an Arrow IPC stream. */
-export function encodeFrame(columns: readonly ColumnSpec[], parts: readonly SpoolPart[]): FrameV2 {
-  const schema = userSchema(columns);
-  return {
-    v: 2,
-    cols: columns.map((c) => c.name),
-    parts: parts.map(({ source, rows, values }) => {
-      const children = columns.map((c, ci) => buildColumn(c.type, values[ci]!));
-      const batch = new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children }));
-      const ipc = tableToIPC(new Table(schema, [batch]), 'stream');
-      return { source, rows, ipc: Buffer.from(ipc.buffer, ipc.byteOffset, ipc.byteLength).toString('base64') };
-    }),
-  };
-}
-
 /** A v2 frame as the line a spool stores, newline included, in bytes of its own (transferable). */
 export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly SpoolPart[]): { bytes: Uint8Array; rows: number } {
-  const bytes = new TextEncoder().encode(`${JSON.stringify(encodeFrame(columns, parts))}\n`);
+  const schema = userSchema(columns);
+  const streams = parts.map(({ rows, values }) => {
+    const children = columns.map((c, ci) => buildColumn(c.type, values[ci]!));
+    const batch = new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children }));
+    return tableToIPC(new Table(schema, [batch]), 'stream');
+  });
+  const header = JSON.stringify({
+    v: 2,
+    cols: columns.map((c) => c.name),
+    parts: parts.map(({ source, rows }, i) => ({ source, rows, bytes: streams[i]!.byteLength })),
+  });
+  const payload = Buffer.concat(streams).toString('base64');
+  const headBytes = Buffer.byteLength(header);
+  // A buffer of its own, so a parse worker can transfer it.
+  const bytes = Buffer.from(new ArrayBuffer(headBytes + 1 + payload.length + 1));
+  bytes.write(header, 0, 'utf8');
+  bytes[headBytes] = TAB;
+  bytes.write(payload, headBytes + 1, 'latin1');
+  bytes[bytes.length - 1] = 0x0a;
   return { bytes, rows: parts.reduce((n, p) => n + p.rows, 0) };
 }
 
+const TAB = 0x09;
+
+/** A frame from its line (without the newline), or why it is not one. */
+export function decodeFrameLine(line: Buffer): Frame | string {
+  const tab = line.indexOf(TAB);
+  let head: unknown;
+  try {
+    head = JSON.parse(line.toString('utf8', 0, tab < 0 ? line.length : tab));
+  } catch (e) {
+    return `not valid JSON (${(e as Error).message})`;
+  }
+  if (tab >= 0) (head as { payload?: unknown }).payload = Buffer.from(line.toString('latin1', tab + 1), 'base64');
+  return frameProblem(head) ?? (head as Frame);
+}
+
 /** Why `f` is not a frame, or null. Checks the shape, not the values. */
-export function frameProblem(f: unknown): string | null {
-  const frame = f as { v?: unknown; cols?: unknown[]; rows?: unknown[]; parts?: { source?: unknown; rows?: unknown; ipc?: unknown }[] } | null;
+function frameProblem(f: unknown): string | null {
+  const frame = f as { v?: unknown; cols?: unknown[]; rows?: unknown[]; parts?: { source?: unknown; rows?: unknown; bytes?: unknown }[]; payload?: Uint8Array } | null;
   if (!frame || !Array.isArray(frame.cols) || !frame.cols.every((c) => typeof c === 'string')) return 'not a spool frame';
   if (frame.v === 1) {
     const width = frame.cols.length + 1;
@@ -87,10 +110,14 @@ export function frameProblem(f: unknown): string | null {
       : 'not a spool frame (v1 rows)';
   }
   if (frame.v === 2) {
-    return Array.isArray(frame.parts) &&
-      frame.parts.every((p) => typeof p?.source === 'string' && Number.isSafeInteger(p.rows) && (p.rows as number) > 0 && typeof p.ipc === 'string')
-      ? null
-      : 'not a spool frame (v2 parts)';
+    if (!(frame.payload instanceof Uint8Array)) return 'not a spool frame (v2 without its columns after a tab)';
+    const parts = frame.parts;
+    const ok =
+      Array.isArray(parts) &&
+      parts.every((p) => typeof p?.source === 'string' && Number.isSafeInteger(p.rows) && (p.rows as number) > 0 && Number.isSafeInteger(p.bytes));
+    if (!ok) return 'not a spool frame (v2 parts)';
+    const total = parts.reduce((n, p) => n + (p.bytes as number), 0);
+    return total === frame.payload.byteLength ? null : `its columns hold ${frame.payload.byteLength} bytes, its parts say ${total}`;
   }
   return `spool frame version ${JSON.stringify(frame.v)} is not known to this hypsink (1 or 2)`;
 }
@@ -113,8 +140,10 @@ export function frameBatches(frame: Frame, schema: DatasetSchema, where: string)
       columns: schema.columns.map((c, ci) => buildColumn(c.type, list.map((r) => (idx[ci]! < 0 ? null : r[idx[ci]! + 1])))),
     }));
   }
+  let at = 0;
   return frame.parts.map((part) => {
-    const table = tableFromIPC(Buffer.from(part.ipc, 'base64'));
+    const table = tableFromIPC(frame.payload.subarray(at, at + part.bytes));
+    at += part.bytes;
     if (table.numRows !== part.rows || table.numCols !== frame.cols.length || table.batches.length !== 1) {
       throw new HypsinkError(
         'HYPSINK_ERR_CORRUPT',

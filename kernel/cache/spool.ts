@@ -14,7 +14,7 @@ import { fault } from '../fault.js';
 import { fsyncDir, readJsonFile, syncFile, writeJsonAtomic } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
-import { type Frame, frameProblem } from './frames.js';
+import { decodeFrameLine, type Frame } from './frames.js';
 import { encodeSegment } from './segments.js';
 
 export interface SpoolRef {
@@ -169,25 +169,19 @@ async function cutTornTail(path: string): Promise<number> {
  * with a complete frame: any damage, a cut-short end included, is an error.
  */
 export async function readSegment(path: string): Promise<Frame[]> {
-  const text = await fsp.readFile(path, 'utf8');
-  if (text.length > 0 && !text.endsWith('\n')) {
+  const bytes = await fsp.readFile(path);
+  if (bytes.length > 0 && bytes[bytes.length - 1] !== 0x0a) {
     throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} is cut short (its last frame has no end)`);
   }
-  const lines = text.split('\n');
-  const complete = lines.length - 1; // the last piece is '' 
   const frames: Frame[] = [];
-  for (let i = 0; i < complete; i++) {
-    const line = lines[i]!;
-    if (line === '') continue;
-    let f: Frame;
-    try {
-      f = JSON.parse(line) as Frame;
-    } catch (e) {
-      throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1} is not valid JSON (${(e as Error).message})`);
-    }
-    const problem = frameProblem(f);
-    if (problem !== null) throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${i + 1}: ${problem}`);
-    frames.push(f);
+  for (let start = 0, n = 1; start < bytes.length; n++) {
+    const end = bytes.indexOf(0x0a, start);
+    const line = bytes.subarray(start, end);
+    start = end + 1;
+    if (line.length === 0) continue;
+    const frame = decodeFrameLine(line);
+    if (typeof frame === 'string') throw new HypsinkError('HYPSINK_ERR_CORRUPT', `spool segment ${path} line ${n}: ${frame}`);
+    frames.push(frame);
   }
   return frames;
 }

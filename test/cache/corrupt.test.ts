@@ -167,17 +167,21 @@ describe('corrupt state files', () => {
       await fsp.appendFile(join(root, 'spools/events/s1/current.ndjson'), '{"v":1,"cols":["id"],"rows":[[5]]}\n');
       await assert.rejects(cache.flushTable(S1), (e: { code?: string; message?: string }) => e.code === 'HYPSINK_ERR_CORRUPT');
     }
-    // A v2 frame whose columns disagree with its row count, and a frame of an unknown version.
-    {
+    // A v2 frame whose columns disagree with its row count, one whose columns were cut short, and a frame of an unknown version.
+    for (const [damage, why] of [
+      [(head: { parts: { rows: number }[] }, cols: string) => [{ ...head, parts: [{ ...head.parts[0]!, rows: head.parts[0]!.rows + 1 }] }, cols], /frame \d+: source "web" should hold one batch of 6 rows/],
+      [(head: { parts: { rows: number }[] }, cols: string) => [head, cols.slice(0, -8)], /line \d+: its columns hold \d+ bytes, its parts say \d+/],
+    ] as const) {
       const { root, cache } = await copy();
       const cur = join(root, 'spools/events/s1/current.ndjson');
-      const frames = (await fsp.readFile(cur, 'utf8')).trimEnd().split('\n');
-      const frame = JSON.parse(frames.at(-1)!) as { parts: { rows: number }[] };
-      frame.parts[0]!.rows += 1;
-      await fsp.appendFile(cur, `${JSON.stringify(frame)}\n`);
+      const last = (await fsp.readFile(cur, 'utf8')).trimEnd().split('\n').at(-1)!;
+      const tab = last.indexOf('\t');
+      const [head, cols] = damage(JSON.parse(last.slice(0, tab)), last.slice(tab + 1));
+      await fsp.appendFile(cur, `${JSON.stringify(head)}\t${cols}\n`);
       await assert.rejects(cache.flushTable(S1), (e: { code?: string; message?: string }) => {
         assert.equal(e.code, 'HYPSINK_ERR_CORRUPT');
-        assert.match(e.message ?? '', /seg-\d+\.ndjson frame \d+: source "web" should hold one batch of 6 rows/);
+        assert.match(e.message ?? '', /seg-\d+\.ndjson/);
+        assert.match(e.message ?? '', why);
         return true;
       });
       assert.equal((await read(cache)).length, 60, 'no part of the damaged segment was committed');

@@ -65,6 +65,8 @@ describe('flush chokepoint', () => {
     assert.equal(new Set(expectIds).size, 10);
     const f = manifest.files[0]!;
     assert.equal(f.rows, 10);
+    // The timestamp range retention ages the file by: rows 1..10 are 1 s apart from 2026-01-01.
+    assert.deepEqual([f.minTs, f.maxTs], [Date.parse('2026-01-01T00:00:01Z'), Date.parse('2026-01-01T00:00:10Z')]);
     assert.equal(f.bytes, (await fsp.stat(join(webDir, 'table-0', f.name))).size);
     assert.equal(f.minSeq, '1');
     assert.equal(f.maxSeq, '10');

@@ -120,6 +120,8 @@ export interface ManifestJson {
     minSeq: string | null;
     maxSeq: string | null;
     rowGroups: { rows: number; minSeq: string | null; maxSeq: string | null }[];
+    minTs: number | null;
+    maxTs: number | null;
   }[];
   spools: Record<string, number>;
   prunedThroughSeq: string | null;
