@@ -174,13 +174,22 @@ export function buildProgram(io: Out = stdio): Command {
       d.start();
       k.log.info({ sinks: [...k.sinks.keys()] }, 'hypsink running; Ctrl-C to stop');
       await new Promise<void>((done) => {
+        let draining = false;
         const stop = () => {
+          if (draining) {
+            k.log.warn('already draining; the drain ends within its bound');
+            return;
+          }
+          draining = true;
           k.log.info('draining');
           metrics?.close();
           void d.stop().then(done);
         };
-        process.once('SIGINT', stop);
-        process.once('SIGTERM', stop);
+        // Kept for the whole drain, not `once`: signal-exit (under proper-lockfile and
+        // write-file-atomic) re-raises a signal that has no listener but its own, which
+        // killed the process mid-drain whenever its listener came after ours.
+        process.on('SIGINT', stop);
+        process.on('SIGTERM', stop);
       });
     });
 
