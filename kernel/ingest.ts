@@ -4,11 +4,12 @@
  * type, missing required field, over the size limit) goes to the dead-letter
  * file with its line number and reason, whole; valid lines still commit.
  *
- * The work runs as a pipeline over two cores: the lines are parsed and
- * validated into spool frames (ingest/parse.ts) in a parse worker once the
- * input is large enough to pay for its start; this thread appends the frames
- * and seals a segment every FLUSH_ROWS rows, whose flush the flush worker has
- * started building meanwhile (LLP 0013, LLP 0016).
+ * The work runs as a pipeline over two cores. The input is cut into blocks of
+ * whole lines, parsed and validated into spool frames (ingest/parse.ts) by a
+ * parse worker once the input is large enough to pay for its start, and here
+ * while the worker is busy (ingest/blocks.ts). This thread takes the frames in
+ * input order, appends them, and seals a segment every FLUSH_ROWS rows, whose
+ * flush the flush worker has started building meanwhile (LLP 0013, LLP 0016).
  */
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
@@ -16,10 +17,9 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { HypsinkError } from '../types/errors.js';
 import { encodeSegment } from './cache/segments.js';
-import { setImmediate } from 'node:timers/promises';
-import { type FrameLine, type ParseOptions, type ParseOutput, type Rejection, RowParser } from './ingest/parse.js';
+import { BlockParsing } from './ingest/blocks.js';
+import type { FrameLine, ParseOutput, Rejection } from './ingest/parse.js';
 import { byteChunks, type LineBlock, LineBlocks } from './io/lines.js';
-import { WorkerStopped } from './io/worker.js';
 import type { Hypsink } from './runtime.js';
 
 export interface IngestResult {
@@ -50,12 +50,8 @@ const PROGRESS_LINES = 50_000;
 const PARSE_WORKER_AFTER_BYTES = 4 * 1024 * 1024;
 /** Blocks of whole lines: the unit of parsing work, here or in the worker (≈ 6k demo rows). */
 const BLOCK_BYTES = 1024 * 1024;
-/** Blocks at the worker and not yet answered, at most: one it parses, one waiting; the next is parsed here. */
-const WORKER_BLOCKS = 2;
 /** Blocks parsed or being parsed and not yet taken, at most. */
 const QUEUED = 4;
-/** A block parsed here is parsed a slice at a time, with an event-loop turn between slices. */
-const SLICE_BYTES = 128 * 1024;
 
 export async function ingestNdjson(
   k: Hypsink,
@@ -120,60 +116,12 @@ export async function ingestNdjson(
     lines = out.lines;
   };
 
-  const parseOpts = (firstLine: number): ParseOptions => ({ schema, source, maxRowBytes, frameRows: FRAME_ROWS, firstLine });
   const workerAfter = opts.parseWorkerAfterBytes ?? PARSE_WORKER_AFTER_BYTES;
-  // The worker starts in the background once the input is large enough; until it answers, blocks parse here.
-  let workerUp = false;
-  let starting: Promise<void> | null = null;
-  const startWorker = () => {
-    starting ??= k.parsers.ready().then(
-      () => {
-        workerUp = true;
-      },
-      (e: unknown) => k.log.warn({ err: e }, 'ingest: the parse worker did not start; parsing in this thread'),
-    );
-    return starting;
-  };
-
-  /** Parse a block here, a slice at a time, so appends and flushes move between slices; one block at a time. */
-  let here: Promise<unknown> = Promise.resolve();
-  const parseHere = (block: LineBlock): Promise<ParseOutput> => {
-    const run = here.then(async () => {
-      const parser = new RowParser(parseOpts(block.firstLine));
-      const frames: FrameLine[] = [];
-      const rejects: Rejection[] = [];
-      for (let at = 0; at < block.bytes.length; at += SLICE_BYTES) {
-        const out = parser.push(block.bytes.subarray(at, at + SLICE_BYTES));
-        frames.push(...out.frames);
-        rejects.push(...out.rejects);
-        await setImmediate();
-      }
-      const last = parser.end();
-      return { frames: [...frames, ...last.frames], rejects: [...rejects, ...last.rejects], lines: last.lines };
-    });
-    here = run.catch(() => undefined);
-    return run;
-  };
-  let atWorker = 0;
-  const parseThere = async (block: LineBlock): Promise<ParseOutput> => {
-    atWorker++;
-    try {
-      return await k.parsers.parse(parseOpts(block.firstLine), block.bytes);
-    } catch (e) {
-      if (!(e instanceof WorkerStopped)) throw e;
-      // The block is still here: parse it here, and the rest too.
-      workerUp = false;
-      k.log.warn({ err: e }, 'ingest: the parse worker stopped; parsing in this thread');
-      return parseHere(block);
-    } finally {
-      atWorker--;
-    }
-  };
-
-  // Blocks in input order, parsed there or here; outputs are taken in the same order.
+  const parsing = new BlockParsing(k.parsers, { schema, source, maxRowBytes, frameRows: FRAME_ROWS }, k.log);
+  // Blocks in input order, parsed there or here; their outputs are taken in the same order.
   const queue: Promise<ParseOutput>[] = [];
   const dispatch = async (block: LineBlock) => {
-    const p = workerUp && atWorker < WORKER_BLOCKS ? parseThere(block) : parseHere(block);
+    const p = parsing.parse(block);
     p.catch(() => undefined); // taken in order below
     queue.push(p);
     while (queue.length > QUEUED) await take(await queue.shift()!);
@@ -183,10 +131,10 @@ export async function ingestNdjson(
   let read = 0;
   try {
     // A worker already running (a previous ingest's, not yet idle) parses from the first block.
-    if (workerAfter <= 0 || (workerAfter < Number.POSITIVE_INFINITY && k.parsers.running)) await startWorker();
+    if (workerAfter <= 0 || (workerAfter < Number.POSITIVE_INFINITY && k.parsers.running)) await parsing.startWorker();
     for await (const bytes of byteChunks(input)) {
       read += bytes.byteLength;
-      if (read >= workerAfter) void startWorker();
+      if (read >= workerAfter) void parsing.startWorker();
       for (const block of blocks.push(bytes)) await dispatch(block);
     }
     for (const block of blocks.end()) await dispatch(block);
