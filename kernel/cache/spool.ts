@@ -1,7 +1,7 @@
 /**
- * Spools: the durable landing place for host rows before a flush. Each
- * `appendRows` call writes one frame (frames.ts) as a line and fsyncs it, so an append is
- * atomic: a frame torn by a crash was never acknowledged and is cut off.
+ * Spools: the durable landing place for host rows before a flush. Each append
+ * writes one frame (frames.ts) as a line and fsyncs it, so an append is atomic:
+ * a frame torn by a crash was never acknowledged and is cut off.
  * A flush seals `current.ndjson` into an immutable `seg-<n>.ndjson` (n only
  * grows) and commits the sealed segments; the segment number is what each
  * partition's manifest records as consumed.
@@ -55,8 +55,9 @@ export class Spool {
   }
 
   /**
-   * Append one frame (a line, encodeFrameLine) durably. The current file is sealed after it when it has
-   * grown past `maxBytes`, or when `seal` asks for it; the segment sealed is returned.
+   * Append one frame (its line, encodeFrameLine) durably. The current file is
+   * sealed after it when it has grown past `maxBytes`, or when `seal` asks for
+   * it; the segment sealed is returned.
    */
   async append(line: Uint8Array, maxBytes: number, seal = false): Promise<SealedSegment | null> {
     await fsp.mkdir(this.dir, { recursive: true });
