@@ -113,12 +113,17 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
    * @ref LLP 0014: the next intent is written while the current unit is in flight
    */
   const lookAhead = async (cur: Intent, recorded: Intent | null): Promise<{ intent: Intent; pre: Prefetch } | null> => {
-    const pre = await prefetch(env, p, schema, BigInt(cur.until), limits, recorded?.until);
-    if (!pre) return null;
-    if (recorded) return { intent: recorded, pre };
-    const until = cont(pre.plan.until);
+    const since = BigInt(cur.until);
+    const plan = await planAhead(env, p, schema, since, limits, recorded?.until);
+    if (!plan) return null;
+    if (recorded) return { intent: recorded, pre: await readAhead(env, p, schema, since, plan) };
+    const until = cont(plan.until);
     const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until) };
-    await write({ ...logical(), intent: cur, next: intent });
+    // The intent needs only the plan: its durable write and the body's read run together.
+    const writing = write({ ...logical(), intent: cur, next: intent });
+    writing.catch(() => undefined); // awaited below
+    const pre = await readAhead(env, p, schema, since, plan);
+    await writing;
     fault('export.afterIntent');
     return { intent, pre };
   };
@@ -265,13 +270,13 @@ interface Prefetch {
 }
 
 /**
- * Plan the unit after `since` and read its NDJSON now. Request sinks wait on
- * the network for each unit; reading the next one meanwhile hides that read.
- * The rows cannot change before it ships: the tick holds the sink's lock,
+ * Plan the unit after `since`, to read its NDJSON now (readAhead). Request sinks
+ * wait on the network for each unit; reading the next one meanwhile hides that
+ * read. The rows cannot change before it ships: the tick holds the sink's lock,
  * and a forced prune waits for it (LLP 0006); other prunes stay below the watermark.
  * @ref LLP 0011: performance bounds
  */
-async function prefetch(
+async function planAhead(
   env: ExportEnv,
   p: PartitionRef,
   schema: DatasetSchema,
@@ -279,23 +284,26 @@ async function prefetch(
   limits: UnitLimits,
   /** The unit's end when it is already recorded: read exactly it, plan nothing. */
   fixedUntil?: string,
-): Promise<Prefetch | null> {
-  const store = env.cache.store(p);
-  const facts =
+): Promise<UnitPlan | null> {
+  const plan =
     fixedUntil !== undefined
-      ? { plan: { until: fixedUntil, rows: Number(BigInt(fixedUntil) - since), estBytes: 0, oldestCommittedAt: 0 } }
-      : await planUnit(store, since, limits, env.cache.storage, schema.columns.map((c) => c.name));
-  if (!facts.plan || env.signal.aborted) return null;
+      ? { until: fixedUntil, rows: Number(BigInt(fixedUntil) - since), estBytes: 0, oldestCommittedAt: 0 }
+      : (await planUnit(env.cache.store(p), since, limits, env.cache.storage, schema.columns.map((c) => c.name))).plan;
+  return plan && !env.signal.aborted ? plan : null;
+}
+
+/** Read a planned unit's rows as one NDJSON body. */
+async function readAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, since: bigint, plan: UnitPlan): Promise<Prefetch> {
   const seen: [bigint, bigint][] = [];
-  const range = { since: since < 0n ? null : cont(since.toString()), until: cont(facts.plan.until) };
+  const range = { since: since < 0n ? null : cont(since.toString()), until: cont(plan.until) };
   // The unit's batches into one buffer: the request body as is, no concatenation.
-  const out = new NdjsonWriter(schema.columns, facts.plan.rows);
-  for await (const b of env.cache.storage.scan(store, range, schema.columns, true)) {
+  const out = new NdjsonWriter(schema.columns, plan.rows);
+  for await (const b of env.cache.storage.scan(env.cache.store(p), range, schema.columns, true)) {
     for (const x of b.seqs) note(seen, x);
     out.append(b.batch);
   }
   const chunks: NdjsonChunk[] = out.rows > 0 ? [{ bytes: out.bytes(), rows: out.rows }] : [];
-  return { since, plan: facts.plan, chunks, seen };
+  return { since, plan, chunks, seen };
 }
 
 async function shipUnit(
@@ -357,7 +365,7 @@ async function shipUnit(
         yield* pre.chunks;
         return;
       }
-      // One chunk for the unit, as prefetch builds it.
+      // One chunk for the unit, as readAhead builds it.
       const out = new NdjsonWriter(schema.columns, Number(BigInt(intent.until) - seqOf(since)));
       for await (const b of scanUnit()) out.append(b);
       if (out.rows > 0) yield { bytes: out.bytes(), rows: out.rows };
