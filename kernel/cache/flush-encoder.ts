@@ -1,11 +1,13 @@
 /**
  * Where a flush builds and encodes its rows. A segment of at least
- * `workerMinBytes` goes to a worker thread, so an ingest keeps parsing on the
- * main thread while the previous segment is hashed, columned and compressed on
- * the other core; smaller segments are done in place, where a worker's start
- * (≈ 0.2 s to load the loader, Arrow and Parquet) would cost more than it saves.
- * Both paths run the same functions (segment-rows.ts).
+ * `workerMinBytes` goes to a worker thread, so an ingest keeps reading while the
+ * previous segment is hashed and compressed on another core; smaller segments
+ * are done in place, where a worker's start (≈ 0.2 s to load the loader, Arrow
+ * and Parquet) would cost more than it saves. A segment sealed by its append is
+ * built ahead, before its flush asks (`warm`). Both paths run the same
+ * functions (segment-rows.ts).
  * @ref LLP 0013: flush work off the main thread
+ * @ref LLP 0016: segments built ahead
  */
 import { promises as fsp } from 'node:fs';
 import { HypsinkError } from '../../types/errors.js';

@@ -10,7 +10,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { Logger } from '../../types/plugins.js';
 import type { LineBlock } from '../io/lines.js';
 import { WorkerStopped } from '../io/worker.js';
-import { type FrameLine, type ParseOptions, type ParseOutput, type Rejection, RowParser } from './parse.js';
+import { type ParseOptions, type ParseOutput, parseBlockSlices } from './parse.js';
 import type { ParseWorker } from './parsers.js';
 
 /** Blocks at the worker and not yet answered, at most: one it parses, one waiting; the next is parsed here. */
@@ -62,17 +62,12 @@ export class BlockParsing {
 
   private parseHere(block: LineBlock): Promise<ParseOutput> {
     const run = this.here.then(async () => {
-      const parser = new RowParser({ ...this.opts, firstLine: block.firstLine });
-      const frames: FrameLine[] = [];
-      const rejects: Rejection[] = [];
-      for (let at = 0; at < block.bytes.length; at += SLICE_BYTES) {
-        const out = parser.push(block.bytes.subarray(at, at + SLICE_BYTES));
-        frames.push(...out.frames);
-        rejects.push(...out.rejects);
+      const slices = parseBlockSlices({ ...this.opts, firstLine: block.firstLine }, block.bytes, SLICE_BYTES);
+      for (;;) {
+        const r = slices.next();
+        if (r.done) return r.value;
         await setImmediate();
       }
-      const last = parser.end();
-      return { frames: [...frames, ...last.frames], rejects: [...rejects, ...last.rejects], lines: last.lines };
     });
     this.here = run.catch(() => undefined);
     return run;

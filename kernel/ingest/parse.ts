@@ -43,12 +43,32 @@ export interface ParseOutput {
   readonly lines: number;
 }
 
-/** Parse one block of whole lines (LineBlocks) into frames and rejections. */
+/**
+ * Parse one block of whole lines (LineBlocks) into frames and rejections, a
+ * slice of `sliceBytes` at a time, yielding between slices so the caller can
+ * let other work run.
+ */
+export function* parseBlockSlices(opts: ParseOptions, bytes: Uint8Array, sliceBytes = Math.max(1, bytes.length)): Generator<void, ParseOutput> {
+  const parser = new RowParser(opts);
+  const frames: FrameLine[] = [];
+  const rejects: Rejection[] = [];
+  for (let at = 0; at < bytes.length; at += sliceBytes) {
+    if (at > 0) yield;
+    const out = parser.push(bytes.subarray(at, at + sliceBytes));
+    frames.push(...out.frames);
+    rejects.push(...out.rejects);
+  }
+  const last = parser.end();
+  return { frames: [...frames, ...last.frames], rejects: [...rejects, ...last.rejects], lines: last.lines };
+}
+
+/** Parse one block of whole lines in one go. */
 export function parseBlock(opts: ParseOptions, bytes: Uint8Array): ParseOutput {
-  const p = new RowParser(opts);
-  const a = p.push(bytes);
-  const b = p.end();
-  return { frames: [...a.frames, ...b.frames], rejects: [...a.rejects, ...b.rejects], lines: b.lines };
+  const slices = parseBlockSlices(opts, bytes);
+  for (;;) {
+    const r = slices.next();
+    if (r.done) return r.value;
+  }
 }
 
 const ignore = new Set([PARTITION_COLUMN]);
