@@ -155,7 +155,13 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
       }
       const until = cont(facts.plan.until);
       open = { since: base.continuation?.seq ?? null, until: until.seq, unit: sink.shipper.unitId(p, base.continuation, until) };
-      await write({ ...base, intent: open, next: null });
+      const writing = write({ ...base, intent: open, next: null });
+      if (sink.kind === 'request') {
+        // As in the look-ahead: the body is read while its intent is written.
+        writing.catch(() => undefined); // awaited below
+        ahead = await readAhead(env, p, schema, seqOf(base.continuation), facts.plan);
+      }
+      await writing;
       fault('export.afterIntent');
     }
 
