@@ -11,7 +11,7 @@ import type { ReadCounters } from '../../types/storage.js';
 import { HypsinkError } from '../../types/errors.js';
 import { ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 
-export const DEFAULT_ROW_GROUP_ROWS = 65_536;
+export const DEFAULT_ROW_GROUP_ROWS = 16_384;
 
 /** Counters for maintenance reads, which are not part of the storage service's figures. */
 export const scratchCounters = (): ReadCounters => ({ filesOpened: 0, rowGroupsRead: 0, bytesRead: 0, rowsRead: 0 });

@@ -86,9 +86,9 @@ export const configSchema = z.object({
       lockWaitMs: z.number().int().positive().default(10_000),
       seqBlockSize: z.number().int().positive().default(1024),
       segmentBytes: z.number().int().positive().default(64 * 1024 * 1024),
-      rowGroupRows: z.number().int().positive().default(65_536),
+      rowGroupRows: z.number().int().positive().default(16_384),
     })
-    .default({ root: '.hypsink/cache', lockWaitMs: 10_000, seqBlockSize: 1024, segmentBytes: 64 * 1024 * 1024, rowGroupRows: 65_536 }),
+    .default({ root: '.hypsink/cache', lockWaitMs: 10_000, seqBlockSize: 1024, segmentBytes: 64 * 1024 * 1024, rowGroupRows: 16_384 }),
   state: z.object({ dir: z.string().default('.hypsink/state') }).default({ dir: '.hypsink/state' }),
   maintenance: z
     .looseObject({
