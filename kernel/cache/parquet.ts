@@ -11,6 +11,11 @@ import type { ReadCounters } from '../../types/storage.js';
 import { HypsinkError } from '../../types/errors.js';
 import { ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 
+/**
+ * Rows per row group of a cache file: a read decodes a whole group at once, and
+ * 16k rows keeps that decode under one forward POST (LLP 0017).
+ * @ref LLP 0017: cache row groups of 16k rows
+ */
 export const DEFAULT_ROW_GROUP_ROWS = 16_384;
 
 /** Counters for maintenance reads, which are not part of the storage service's figures. */

@@ -86,6 +86,7 @@ export const configSchema = z.object({
       lockWaitMs: z.number().int().positive().default(10_000),
       seqBlockSize: z.number().int().positive().default(1024),
       segmentBytes: z.number().int().positive().default(64 * 1024 * 1024),
+      // DEFAULT_ROW_GROUP_ROWS (cache/parquet.ts, LLP 0017), written out: this module loads no Parquet.
       rowGroupRows: z.number().int().positive().default(16_384),
     })
     .default({ root: '.hypsink/cache', lockWaitMs: 10_000, seqBlockSize: 1024, segmentBytes: 64 * 1024 * 1024, rowGroupRows: 16_384 }),
