@@ -93,7 +93,20 @@ export function buildProgram(io: Out = stdio): Command {
         k.cache.schema(dataset); // an unknown dataset fails before any input is opened
         const input = o.file === '-' ? process.stdin : await openInput(o.file);
         const label = o.file === '-' ? '<stdin>' : resolve(o.file);
-        const r = await ingestNdjson(k, dataset, o.source, input, label);
+        // On a TTY: lines read so far (the input's length is not known ahead, stdin included).
+        const bar = o.json ? null : progressBar('ingest (lines)');
+        bar?.start(1, 0);
+        let r: Awaited<ReturnType<typeof ingestNdjson>>;
+        try {
+          r = await ingestNdjson(k, dataset, o.source, input, label, {
+            onProgress: (lines) => {
+              bar?.setTotal(Math.max(1, lines));
+              bar?.update(lines);
+            },
+          });
+        } finally {
+          bar?.stop();
+        }
         if (o.json) io.out(JSON.stringify(r));
         else io.out(`ingested ${r.accepted} row(s) into ${dataset}/source=${o.source}${r.rejected ? `, rejected ${r.rejected}` : ''}`);
         if (r.rejected > 0) throw rejectedError(r, dataset, label);

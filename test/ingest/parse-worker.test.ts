@@ -51,7 +51,11 @@ async function run(bytes: Buffer, parseWorkerAfterBytes: number) {
   const dir = tempDir();
   const { k } = await openKernel(await writeConfig(dir, sampleConfig()));
   try {
-    const r = await ingestNdjson(k, 'events', 'web', Readable.from(chunks(bytes)), 'input.ndjson', { parseWorkerAfterBytes });
+    const progress: number[] = [];
+    const r = await ingestNdjson(k, 'events', 'web', Readable.from(chunks(bytes)), 'input.ndjson', {
+      parseWorkerAfterBytes,
+      onProgress: (lines) => progress.push(lines),
+    });
     const rows = (await collect(k.cache.storage.readRowsSince(k.cache.partition('events', 'web'), {}))).map((x) => x.row);
     const dead = r.deadLetter
       ? (await fsp.readFile(r.deadLetter, 'utf8'))
@@ -62,7 +66,7 @@ async function run(bytes: Buffer, parseWorkerAfterBytes: number) {
             return { line, reason, raw };
           })
       : [];
-    return { accepted: r.accepted, rejected: r.rejected, samples: r.samples, rows, dead, worker: k.parsers.running };
+    return { accepted: r.accepted, rejected: r.rejected, samples: r.samples, rows, dead, worker: k.parsers.running, progress };
   } finally {
     await k.close();
   }
@@ -78,6 +82,9 @@ test('the parse worker commits and rejects what parsing in place does, also when
   assert.deepEqual(here.dead.slice(0, 2).map((d) => d.line), [4999, 5003]);
   assert.ok(here.dead.some((d) => d.reason === 'the line is not valid UTF-8' && d.line === 7002));
   assert.equal(here.rows.at(-1)?.msg, 'last, without a newline');
+  // Progress every 50k lines, then the total once the input is read.
+  assert.deepEqual(here.progress, [here.progress[0], 60_009]);
+  assert.ok(here.progress[0]! >= 50_000 && here.progress[0]! < 60_009, `first report at ${here.progress[0]}`);
   for (const after of [0, Math.floor(bytes.length / 3)]) {
     const there = await run(bytes, after);
     assert.deepEqual(there, { ...here, worker: true }, `parse worker after ${after} bytes`);
