@@ -73,7 +73,8 @@ export function parseBlock(opts: ParseOptions, bytes: Uint8Array): ParseOutput {
 
 const ignore = new Set([PARTITION_COLUMN]);
 
-export class RowParser {
+/** One parser over a run of lines: frames as rows fill them, rejections as they come. */
+class RowParser {
   private readonly splitter = new LineSplitter();
   private readonly width: number;
   /** Each row is validated into this first, then copied into the frame's columns. */
