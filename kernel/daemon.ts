@@ -3,14 +3,22 @@
  * flushing the spools then exporting; optional maintenance schedule; graceful
  * drain on SIGINT/SIGTERM — stop scheduling, abort parked waits, let the
  * current units finish or abandon cleanly (an open intent is finished next run).
+ *
+ * Parked waits and running units end apart: `Hypsink.drain()` ends parked waits
+ * (backpressure, backoff: the plugins' shutdown taps) at once, while a unit in
+ * the middle of a write or POST keeps its signal and may finish within
+ * `drainMs`; only `Hypsink.close()` after that aborts what still runs.
  */
 import { Cron } from 'croner';
 import type { Hypsink } from './runtime.js';
 import type { TickReport } from './sinks/driver.js';
 
+/** How long ticks aborted at the drain bound get to end (record their failure, release locks). */
+const ABORT_GRACE_MS = 5000;
+
 export interface DaemonOptions {
   readonly onTick?: (r: TickReport) => void;
-  /** How long a drain waits for running ticks (ms). */
+  /** How long a drain waits for running units before aborting them (ms). Default 30 s (README "Restarts and shutdown"). */
   readonly drainMs?: number;
 }
 
@@ -38,7 +46,7 @@ export class Daemon {
     if (m.schedule) {
       this.jobs.push(
         new Cron(m.schedule, { protect: true }, async () => {
-          await this.track(this.k.maintain({ retention: true, compact: true }));
+          await this.track(this.k.maintain({ retention: true, compact: true, scheduled: true }));
         }),
       );
     }
@@ -74,23 +82,31 @@ export class Daemon {
     } finally {
       this.flushing.delete(sink);
     }
+    // Draining: the flushed rows are durable in the cache; no export starts now.
+    if (this.stopped) return;
     const [r] = await this.k.export(sink, { respectBackoff: true });
     if (r) this.opts.onTick?.(r);
   }
 
-  /** Drain: no new ticks, abort waits, wait (bounded) for running work, close plugins. */
+  /** Drain: no new ticks, end parked waits, wait (bounded) for running units, then abort the rest and close plugins. */
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
     this.unlisten?.();
     for (const j of this.jobs) j.stop();
-    const drain = Promise.all([...this.running]);
-    // Parked waits (backpressure) are aborted at once; running units finish or abandon cleanly.
-    const abortSoon = setTimeout(() => void this.k.close(), 100);
+    const running = [...this.running];
     let deadline: NodeJS.Timeout | undefined;
-    await Promise.race([drain, new Promise((r) => (deadline = setTimeout(r, this.opts.drainMs ?? 30_000)))]);
+    const bound = new Promise((r) => (deadline = setTimeout(r, this.opts.drainMs ?? 30_000)));
+    // Parked waits end now; a unit mid-write or mid-POST is not aborted before the bound.
+    const drained = Promise.all([this.k.drain().catch((e: unknown) => this.k.log.error({ err: e }, 'drain failed')), ...running]);
+    await Promise.race([drained, bound]);
     clearTimeout(deadline);
-    clearTimeout(abortSoon);
-    await this.k.close();
+    // What still runs is aborted now (close() aborts `signal` first) and ends promptly;
+    // an interrupted unit keeps its intent and is finished next run under the same identity.
+    const closed = this.k.close();
+    let grace: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(running), new Promise((r) => (grace = setTimeout(r, ABORT_GRACE_MS)))]);
+    clearTimeout(grace);
+    await closed;
   }
 }

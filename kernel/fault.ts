@@ -3,11 +3,17 @@
  * one; then the process kills itself with SIGKILL (no cleanup, no flush of
  * buffers), exactly like a power cut as far as the process's state goes.
  * HYPSINK_FAULT_AT=n crashes on the n-th hit (default 1), so a test can crash
- * the second unit of a tick rather than the first.
+ * the second unit of a tick rather than the first. HYPSINK_FAULT_ACTION=throw
+ * makes the point throw a passing error instead: an operation that fails
+ * (rather than a process that dies) right after that durable step.
+ * HYPSINK_FAULT_READ=<text> makes every read of a cache data file whose path
+ * contains the text fail with EIO, under parquet-wasm: a disk that cannot read.
  *
  * The list is declared here, in one place, so the crash matrix can discover
  * every point and fail when one has no case.
  */
+import { HypsinkError } from '../types/errors.js';
+
 export const FAULT_POINTS = {
   'alloc.afterReserve': 'seq block reserved durably, no seq from it stamped yet',
   'spool.afterAppend': 'a spool frame is durable, the caller not yet answered',
@@ -15,6 +21,7 @@ export const FAULT_POINTS = {
   'flush.afterDataFile': 'a partition data file is durable, the manifest does not list it',
   'flush.afterManifest': 'the manifest lists the new file (commit point), the segment still exists',
   'flush.afterCommitAll': 'every partition of a segment committed, the segment not yet deleted',
+  'flush.afterBatchRecord': "a batch's last row is committed and the batch recorded as committed, the command not yet answered",
   'partition.afterCursor': 'a new partition cursor is written',
   'retention.afterNewGeneration': 'retention wrote generation n+1, the cursor still names n',
   'retention.afterCursorSwap': 'retention swapped the cursor, generation n not yet retired',
@@ -23,6 +30,8 @@ export const FAULT_POINTS = {
   'export.afterIntent': 'the intent is durable, nothing shipped',
   'export.afterShip': 'the unit is shipped (blob committed / batch stored), the watermark not advanced',
   'export.afterAdvance': 'the watermark is advanced and the intent cleared',
+  'export.afterSinkState': "the sink's state (its destination, its datasets) is recorded, nothing planned yet",
+  'forget.afterRename': "a forgotten sink's watermarks are renamed away, not yet removed",
   'localfs.afterTemp': 'the temp blob is written and fsynced, not linked',
   'localfs.afterLink': 'the blob is linked under its key, temp not removed',
   'receiver.afterData': 'the reference receiver appended and fsynced a batch, its ledger does not list it',
@@ -31,6 +40,7 @@ export const FAULT_POINTS = {
 } as const;
 
 export type FaultPoint = keyof typeof FAULT_POINTS;
+
 
 let hits = 0;
 let armedFor: string | undefined;
@@ -49,7 +59,16 @@ export function fault(point: FaultPoint): void {
   }
   hits += 1;
   if (hits < Number(process.env.HYPSINK_FAULT_AT ?? '1')) return;
+  if (process.env.HYPSINK_FAULT_ACTION === 'throw') {
+    throw new HypsinkError('HYPSINK_ERR_RETRYABLE', `injected failure at fault point ${point} (HYPSINK_FAULT_ACTION=throw)`);
+  }
   process.kill(process.pid, 'SIGKILL');
+}
+
+/** Whether reads of this data file are to fail with EIO (HYPSINK_FAULT_READ). */
+export function readFaulted(path: string): boolean {
+  const t = process.env.HYPSINK_FAULT_READ;
+  return t !== undefined && t !== '' && path.includes(t);
 }
 
 /** Forget hits counted so far (a worker re-arming the same point). */

@@ -2,39 +2,47 @@
  * The kernel, assembled from a loaded config: cache, hooks, plugin host, sinks
  * and driver. Every CLI command is a method here, so tests drive the same code.
  */
-import { ParseWorker } from './ingest/parsers.js';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger as Pino } from 'pino';
 import { HypsinkError } from '../types/errors.js';
 import type { LifecycleHooks } from '../types/hooks.js';
 import type { PartitionRef } from '../types/storage.js';
-import type { BlobDestination, UnitShipper } from '../types/sinks.js';
 import { Cache, type FlushResult } from './cache/cache.js';
-import { forcedAbove } from './cache/planner.js';
-import type { RetentionResult } from './cache/retention.js';
 import type { CompactResult } from './cache/compaction.js';
-import { encodeSegment } from './cache/segments.js';
+import { forcedAbove } from './cache/planner.js';
+import type { RetentionPolicy, RetentionResult } from './cache/retention.js';
 import { parseDuration } from './config/duration.js';
-import type { LoadedConfig } from './config/load.js';
-import { isBlobSink, type SinkConfig } from './config/schema.js';
-import { FAULT_POINTS, type FaultPoint, fault } from './fault.js';
+import { type LoadedConfig, unsetVariables } from './config/load.js';
+import { isBlobSink } from './config/schema.js';
 import { createHooks } from './hooks.js';
+import { ParseWorker } from './ingest/parsers.js';
 import { createLogger } from './log.js';
 import { PluginHost } from './plugins/host.js';
-import { blobShipper } from './sinks/blob.js';
+import { type BuildEnv, buildSink, checkSinkPlugins, refuseSharedRoots } from './sinks/build.js';
 import { SinkDriver, type PartitionReport, type TickReport } from './sinks/driver.js';
-import type { SinkRuntime } from './sinks/exporter.js';
-import { WatermarkStore } from './sinks/watermarks.js';
-
-/** "an encoder", "a sink". */
-const a = (kind: string) => `${kind === 'encoder' ? 'an' : 'a'} ${kind}`;
-
-/** Blob units default to large files; request sinks say their own bounds. */
-const BLOB_LIMITS = { maxRows: 1_000_000, maxBytes: 256 * 1024 * 1024 };
+import { prunedForAll, type SinkRuntime } from './sinks/exporter.js';
+import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
 
 export interface RuntimeOptions {
   readonly log?: Pino;
+}
+
+/** A configured sink before it is built: what status, retention and locks need, no secrets. */
+export interface SinkEntry {
+  readonly name: string;
+  readonly kind: 'blob' | 'request';
+  readonly datasets: readonly string[];
+  readonly state: SinkState;
+}
+
+/** A retention pass: the policy, and whether it holds rows back for every sink (ack-coupled). */
+export interface RetentionPass {
+  readonly maxAgeMs?: number;
+  readonly maxRows?: number;
+  readonly hardMaxRows?: number;
+  readonly ackCoupled: boolean;
+  readonly now?: number;
 }
 
 export class Hypsink {
@@ -42,18 +50,24 @@ export class Hypsink {
   /** Where large ingests parse (LLP 0016). */
   readonly parsers = new ParseWorker();
   private readonly abort = new AbortController();
-
+  /** Aborted when a drain begins: no new unit starts; running ones go on under `signal`. */
+  private readonly drainer = new AbortController();
+  private draining: Promise<void> | undefined;
   private constructor(
     readonly loaded: LoadedConfig,
     readonly cache: Cache,
     readonly log: Pino,
     readonly hooks: LifecycleHooks,
-    readonly sinks: ReadonlyMap<string, SinkRuntime>,
+    /** Every configured sink, in config order. */
+    readonly sinks: ReadonlyMap<string, SinkEntry>,
+    /** Sinks built so far (their `${VAR}` values resolved, their shippers created). */
+    private readonly built: Map<string, SinkRuntime>,
+    private readonly buildEnv: BuildEnv,
     private readonly tickRequests: TickRequests,
   ) {
     const d = loaded.config.driver;
     this.driver = new SinkDriver(
-      { cache, hooks: this.hooks, log, signal: this.abort.signal },
+      { cache, hooks: this.hooks, log, signal: this.abort.signal, draining: this.drainer.signal },
       { concurrency: d.concurrency, lockWaitMs: d.lockWaitMs, outboxBaseMs: d.outboxBaseMs, outboxMaxMs: d.outboxMaxMs },
     );
   }
@@ -61,17 +75,27 @@ export class Hypsink {
   static async open(loaded: LoadedConfig, opts: RuntimeOptions = {}): Promise<Hypsink> {
     const log = opts.log ?? createLogger();
     const c = loaded.config;
-    // Plugins and sinks first: a config error must leave nothing behind, not even an empty cache.
+    // Plugins first: a config error must leave nothing behind, not even an empty cache.
     const hooks = createHooks();
     const host = new PluginHost(hooks, log, loaded.baseDir);
     for (const spec of c.plugins) await host.load(spec);
-    const sinks = new Map<string, SinkRuntime>();
+    const sinks = new Map<string, SinkEntry>();
+    const built = new Map<string, SinkRuntime>();
     const tickRequests = new TickRequests();
+    const id = { value: undefined as string | undefined };
+    const env: BuildEnv = { loaded, log, host, cacheId: () => id.value, requestTick: (s) => tickRequests.request(s) };
     try {
-      for (const [name, sc] of Object.entries(c.sinks)) sinks.set(name, await buildSink(loaded, log, host, name, sc, tickRequests));
-      refuseSharedRoots(loaded, sinks);
+      for (const [name, sc] of Object.entries(c.sinks)) {
+        await checkSinkPlugins(loaded, host, name, sc);
+        const entry = { name, kind: isBlobSink(sc) ? 'blob' : 'request', datasets: sc.datasets, state: SinkState.of(loaded.stateDir, name) } as const;
+        sinks.set(name, entry);
+        // Built now, so its own config is checked at load, unless it names a variable that is not
+        // set: that one waits for its first export, where it is needed (ingest, status never need it).
+        if (unsetVariables([sc.config, isBlobSink(sc) ? sc.writerConfig : {}]).length === 0) built.set(name, buildSink(env, name, sc, entry.state));
+      }
+      refuseSharedRoots(loaded, built.values());
     } catch (e) {
-      for (const s of sinks.values()) await s.shipper.close().catch(() => undefined);
+      for (const s of built.values()) await s.shipper.close().catch(() => undefined);
       throw e;
     } finally {
       host.close();
@@ -87,7 +111,8 @@ export class Hypsink {
     if (loaded.unknownKeys.length > 0) {
       log.warn({ file: loaded.file, keys: loaded.unknownKeys }, `config keys ignored (unknown; a typo?): ${loaded.unknownKeys.join(', ')}`);
     }
-    return new Hypsink(loaded, cache, log, hooks, sinks, tickRequests);
+    id.value = cache.id;
+    return new Hypsink(loaded, cache, log, hooks, sinks, built, env, tickRequests);
   }
 
   get signal(): AbortSignal {
@@ -95,7 +120,7 @@ export class Hypsink {
   }
 
   sinkStateDir(name: string): string {
-    return sinkStateDir(this.loaded, name);
+    return SinkState.of(this.loaded.stateDir, name).dir;
   }
 
   /** Listen for sinks asking for a prompt tick (`SinkBuildContext.requestTick`); returns the unsubscribe. */
@@ -103,12 +128,32 @@ export class Hypsink {
     return this.tickRequests.listen(listener);
   }
 
-  sink(name: string): SinkRuntime {
+  /** A configured sink, unbuilt. */
+  entry(name: string): SinkEntry {
     const s = this.sinks.get(name);
     if (!s) {
       throw new HypsinkError('HYPSINK_ERR_CONFIG', `no sink named "${name}" (configured: ${[...this.sinks.keys()].join(', ') || 'none'})`);
     }
     return s;
+  }
+
+  /**
+   * A configured sink, built: every sink is built at load unless its config
+   * names a variable that is not set; that one is built here, on its first use.
+   */
+  sink(name: string): SinkRuntime {
+    const entry = this.entry(name);
+    const have = this.built.get(name);
+    if (have) return have;
+    const made = buildSink(this.buildEnv, name, this.loaded.config.sinks[name]!, entry.state);
+    try {
+      refuseSharedRoots(this.loaded, [...this.built.values(), made]);
+    } catch (e) {
+      void made.shipper.close().catch(() => undefined);
+      throw e;
+    }
+    this.built.set(name, made);
+    return made;
   }
 
   async flush(): Promise<FlushResult> {
@@ -119,123 +164,220 @@ export class Hypsink {
 
   /** One tick of the named sink, or of every sink. */
   async export(name?: string, opts: { respectBackoff?: boolean; onPartition?: (r: PartitionReport) => void } = {}): Promise<TickReport[]> {
-    const targets = name ? [this.sink(name)] : [...this.sinks.values()];
+    const targets = name ? [this.sink(name)] : [...this.sinks.keys()].map((n) => this.sink(n));
     const out: TickReport[] = [];
     for (const s of targets) out.push(await this.driver.tick(s, opts.respectBackoff ?? false, opts.onPartition));
     return out;
   }
 
   /**
-   * The lowest watermark over the sinks exporting a dataset: retention keeps
-   * every row above it (ack-coupled). undefined when no sink exports it.
+   * Every sink that holds rows of a dataset: the configured ones exporting it,
+   * and every sink state on disk that has exported it, configured now or not,
+   * until the operator forgets it.
+   * @ref LLP 0019: gaps are counted against every watermark on disk
+   */
+  async holders(): Promise<{ state: SinkState; datasets: ReadonlySet<string> }[]> {
+    const out = new Map<string, { state: SinkState; datasets: Set<string> }>();
+    for (const s of this.sinks.values()) out.set(s.state.dir, { state: s.state, datasets: new Set(s.datasets) });
+    for (const state of await sinkStatesOnDisk(this.loaded.stateDir)) {
+      const datasets = await state.datasets();
+      const have = out.get(state.dir);
+      if (have) for (const d of datasets) have.datasets.add(d);
+      else if (datasets.size > 0) out.set(state.dir, { state, datasets });
+    }
+    return [...out.values()].sort((a, b) => (a.state.name < b.state.name ? -1 : a.state.name > b.state.name ? 1 : 0));
+  }
+
+  /**
+   * What retention consults, over every holder: the lowest watermark (-1 when a
+   * holder has exported nothing of the partition; undefined when none holds its
+   * dataset), and the units in flight, which even the hard cap keeps.
    * @ref LLP 0006: ack-coupled retention and gaps
    */
-  async ackFloor(p: PartitionRef): Promise<bigint | undefined> {
-    let floor: bigint | undefined;
-    for (const s of this.sinks.values()) {
-      if (!s.datasets.includes(p.dataset)) continue;
-      const rec = await s.watermarks.read(p);
-      const w = rec.continuation ? BigInt(rec.continuation.seq) : -1n;
-      if (floor === undefined || w < floor) floor = w;
+  async retentionGuards(): Promise<Required<Pick<RetentionPolicy, 'ackFloor' | 'inFlight'>>> {
+    const holders = await this.holders();
+    const records = async (p: PartitionRef) => {
+      const out = [];
+      for (const h of holders) if (h.datasets.has(p.dataset)) out.push(await h.state.watermarks.read(p));
+      return out;
+    };
+    return {
+      ackFloor: async (p) => {
+        let floor: bigint | undefined;
+        for (const rec of await records(p)) {
+          const w = rec.continuation ? BigInt(rec.continuation.seq) : -1n;
+          if (floor === undefined || w < floor) floor = w;
+        }
+        return floor;
+      },
+      inFlight: async (p) => {
+        const out: [bigint, bigint][] = [];
+        for (const { intent: i, next } of await records(p)) {
+          // The next unit may have shipped too: it is sent as soon as the intent is acknowledged.
+          if (i) out.push([i.since === null ? 0n : BigInt(i.since) + 1n, BigInt((next ?? i).until)]);
+        }
+        return out;
+      },
+    };
+  }
+
+  /**
+   * One retention pass. Rows above some holder's watermark are pruned only by
+   * the hard cap, or by any prune when `ackCoupled` is off; either way they are
+   * counted as that holder's gap, and the pass runs with every holder's exports
+   * held (so a planned unit's rows never change under it). When an export is
+   * running, the pass keeps to rows every holder has exported.
+   * @ref LLP 0006: ack-coupled retention and gaps
+   * @ref LLP 0019: gaps are counted against every watermark on disk
+   */
+  async retention(pass: RetentionPass): Promise<RetentionResult[]> {
+    const run = async (p: RetentionPass) => this.cache.retention({ ...p, ...(await this.retentionGuards()) });
+    if (pass.hardMaxRows === undefined && pass.ackCoupled) return run(pass);
+    try {
+      return await this.driver.quiesce((await this.holders()).map((h) => h.state), () => run(pass));
+    } catch (e) {
+      if (!(e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
+      this.log.warn({ reason: e.message }, 'an export is running: this retention pass keeps to rows every sink has exported (no hard cap)');
+      return run({ ...pass, hardMaxRows: undefined, ackCoupled: true });
     }
-    return floor;
   }
 
-  /** Seq ranges of open intents over every sink: retention holds them even past the hard cap. */
-  async inFlight(p: PartitionRef): Promise<[bigint, bigint][]> {
-    const out: [bigint, bigint][] = [];
-    for (const s of this.sinks.values()) {
-      if (!s.datasets.includes(p.dataset)) continue;
-      const { intent: i, next } = await s.watermarks.read(p);
-      // The next unit may have shipped too: it is sent as soon as the intent is acknowledged.
-      if (i) out.push([i.since === null ? 0n : BigInt(i.since) + 1n, BigInt((next ?? i).until)]);
-    }
-    return out;
-  }
-
-  /** What ack-coupled retention consults: the lowest watermark and the units in flight. */
-  retentionGuards(): { ackFloor: (p: PartitionRef) => Promise<bigint | undefined>; inFlight: (p: PartitionRef) => Promise<[bigint, bigint][]> } {
-    return { ackFloor: (p) => this.ackFloor(p), inFlight: (p) => this.inFlight(p) };
-  }
-
-  async maintain(what: { retention?: boolean; compact?: boolean }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[] }> {
+  async maintain(what: { retention?: boolean; compact?: boolean; scheduled?: boolean }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[] }> {
     const m = this.loaded.config.maintenance;
     const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[] };
     if (what.retention && m.retention) {
       const r = m.retention;
-      const pass = (hardMaxRows: number | undefined) =>
-        this.cache.retention({
-          maxAgeMs: r.maxAge !== undefined ? (parseDuration(r.maxAge) ?? undefined) : undefined,
-          maxRows: r.maxRows,
-          hardMaxRows,
-          ...(r.ackCoupled ? this.retentionGuards() : {}),
-        });
-      if (r.hardMaxRows === undefined || !r.ackCoupled) out.retention = await pass(r.hardMaxRows);
-      else {
-        // A forced prune runs with every export of the dataset's sinks held, so a unit
-        // shipped but not yet advanced is always held back (LLP 0006).
-        try {
-          out.retention = await this.driver.quiesce([...this.sinks.values()], () => pass(r.hardMaxRows));
-        } catch (e) {
-          if (!(e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
-          this.log.warn({ reason: e.message }, 'an export is running: this retention pass keeps to exported rows (no hard cap)');
-          out.retention = await pass(undefined);
-        }
-      }
+      out.retention = await this.retention({
+        maxAgeMs: r.maxAge !== undefined ? (parseDuration(r.maxAge) ?? undefined) : undefined,
+        maxRows: r.maxRows,
+        hardMaxRows: r.hardMaxRows,
+        ackCoupled: r.ackCoupled,
+      });
       for (const x of out.retention) {
         if (x.prunedRows === 0) continue;
         if (x.forcedRows > 0) {
-          this.log.warn({ dataset: x.partition.dataset, source: x.partition.source, forcedRows: x.forcedRows }, 'hard cap pruned rows a sink had not exported');
+          this.log.warn(
+            { dataset: x.partition.dataset, source: x.partition.source, forcedRows: x.forcedRows },
+            'retention pruned rows a sink had not exported (a gap, counted for that sink)',
+          );
         }
         await this.hooks.retentionDone.promise({ partition: x.partition, prunedRows: x.prunedRows, prunedThroughSeq: x.prunedThroughSeq, forcedRows: x.forcedRows });
       }
     }
+    if (what.retention) await this.cache.sweepBatches();
     if (what.compact) {
-      out.compaction = await this.cache.compact(undefined, m.compaction.minFiles);
+      // Documented defaults: 8 files on the schedule, 2 when asked for by hand.
+      out.compaction = await this.cache.compact(undefined, m.compaction?.minFiles ?? (what.scheduled ? 8 : 2));
       for (const x of out.compaction) await this.hooks.compactionDone.promise(x);
     }
     return out;
   }
 
-  async status(): Promise<StatusReport> {
-    const sinks: SinkStatus[] = [];
-    for (const s of this.sinks.values()) {
-      const partitions: PartitionStatus[] = [];
-      for (const ds of s.datasets) {
-        for (const p of await this.cache.listPartitions(ds)) {
-          const rec = await s.watermarks.read(p);
-          const stats = await this.cache.storage.stats(p);
-          const since = rec.continuation;
-          const pendingRows = await this.cache.storage.countRowsSince(p, { since });
-          const gapPending = (await forcedAbove(this.cache.store(p), since ? BigInt(since.seq) : -1n)).reduce(
-            (n, [a, b]) => n + Number(b - a + 1n),
-            0,
-          );
-          partitions.push({
-            dataset: p.dataset,
-            source: p.source,
-            watermark: since?.seq ?? null,
-            highWater: stats.highWater,
-            committedRows: stats.committedRows,
-            pendingRows,
-            exportedRows: rec.exportedRowCount,
-            intent: rec.intent,
-            gapRows: rec.gapRows + gapPending,
-            lastExportAt: rec.lastExportAt,
-            lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
-          });
-        }
+  /** The status of one sink's partitions of its datasets, from durable state. */
+  private async partitionsOf(state: SinkState, datasets: Iterable<string>): Promise<PartitionStatus[]> {
+    const partitions: PartitionStatus[] = [];
+    for (const ds of datasets) {
+      if (!(ds in this.loaded.config.datasets)) continue;
+      for (const p of await this.cache.listPartitions(ds)) {
+        const found = await state.watermarks.find(p);
+        const rec = found ?? state.watermarks.empty(p);
+        const base = found ? (found.baseRows ?? 0) : await prunedForAll(this.cache, p);
+        const stats = await this.cache.storage.stats(p);
+        const since = rec.continuation;
+        const pendingRows = await this.cache.storage.countRowsSince(p, { since });
+        const gapPending = (await forcedAbove(this.cache.store(p), since ? BigInt(since.seq) : -1n)).reduce((n, [a, b]) => n + Number(b - a + 1n), 0);
+        partitions.push({
+          dataset: p.dataset,
+          source: p.source,
+          watermark: since?.seq ?? null,
+          highWater: stats.highWater,
+          committedRows: stats.committedRows - base,
+          pendingRows,
+          exportedRows: rec.exportedRowCount,
+          intent: rec.intent,
+          gapRows: rec.gapRows + gapPending,
+          lastExportAt: rec.lastExportAt,
+          lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
+        });
       }
-      sinks.push({ name: s.name, kind: s.kind, partitions });
     }
-    return { sinks };
+    return partitions;
   }
 
-  /** Stop: abort parked waits, let plugins close, release destinations. */
+  async status(): Promise<StatusReport> {
+    const sinks: SinkStatus[] = [];
+    for (const s of this.sinks.values()) sinks.push({ name: s.name, kind: s.kind, partitions: await this.partitionsOf(s.state, s.datasets) });
+    // Sinks not in this config whose state still holds rows back from retention.
+    const absent: AbsentSinkStatus[] = [];
+    for (const h of await this.holders()) {
+      const configured = this.sinks.get(h.state.name);
+      const extra = [...h.datasets].filter((d) => !configured?.datasets.includes(d));
+      if (extra.length === 0) continue;
+      absent.push({ name: h.state.name, configured: configured !== undefined, datasets: extra, partitions: await this.partitionsOf(h.state, extra) });
+    }
+    return { sinks, absent };
+  }
+
+  /**
+   * What forgetting a sink (or one of its datasets) would drop: its watermarks
+   * and the rows retention may then prune without counting them for it.
+   */
+  async forgetPlan(name: string, dataset?: string): Promise<ForgetPlan> {
+    const configured = this.sinks.get(name);
+    const state = configured?.state ?? (await this.holders()).find((h) => h.state.name === name)?.state;
+    if (!state) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `no sink named "${name}" in the config or in ${sinksRoot(this.loaded.stateDir)}; nothing to forget`);
+    }
+    const datasets = dataset !== undefined ? [dataset] : [...(await state.datasets()), ...(configured?.datasets ?? [])].filter((d, i, all) => all.indexOf(d) === i);
+    const partitions = await this.partitionsOf(state, datasets);
+    return { sink: name, configured: configured !== undefined, dataset: dataset ?? null, state, partitions };
+  }
+
+  /**
+   * Drop a sink's state (watermarks, intents, the destination they belong to),
+   * holding its lock so no export of it runs meanwhile. A sink still configured
+   * starts again from the oldest row in the cache.
+   */
+  async forget(plan: ForgetPlan): Promise<void> {
+    await this.driver.quiesce([plan.state], () => plan.state.forget(plan.dataset ?? undefined));
+    this.log.warn({ sink: plan.sink, dataset: plan.dataset, partitions: plan.partitions.length }, 'sink state forgotten');
+  }
+
+  /** The operator moved a sink's data: its watermarks now belong to its configured destination. */
+  async acceptDestination(name: string): Promise<{ from: string | null; to: string }> {
+    const s = this.sink(name);
+    if (s.destination === null) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its plugin does not say where its units go, so there is no destination to accept`);
+    }
+    const to = s.destination;
+    const from = await this.driver.quiesce([s.state], () => s.state.acceptDestination(to));
+    this.log.warn({ sink: name, from, to }, 'destination accepted: the watermarks now belong to it');
+    return { from, to };
+  }
+
+  /** Forget a sink by name, whatever it holds (for tests and embedding hosts; the CLI asks first). */
+  async forgetSink(name: string, dataset?: string): Promise<ForgetPlan> {
+    const plan = await this.forgetPlan(name, dataset);
+    await this.forget(plan);
+    return plan;
+  }
+
+  /**
+   * Begin a drain: no new unit starts, plugins end their parked waits (the
+   * shutdown hook, run once), while running units go on under `signal`.
+   * Idempotent; close() drains first.
+   */
+  drain(): Promise<void> {
+    this.drainer.abort();
+    this.draining ??= this.hooks.shutdown.promise();
+    return this.draining;
+  }
+
+  /** Stop: end parked waits (drain), abort running units, release destinations. */
   async close(): Promise<void> {
     this.abort.abort();
-    await this.hooks.shutdown.promise();
-    for (const s of this.sinks.values()) await s.shipper.close().catch(() => undefined);
+    await this.drain();
+    for (const s of this.built.values()) await s.shipper.close().catch(() => undefined);
     await this.cache.close();
     await this.parsers.close();
   }
@@ -245,6 +387,15 @@ export class Hypsink {
     await fsp.mkdir(dir, { recursive: true });
     return dir;
   }
+}
+
+/** What `hypsink forget` shows before it drops anything. */
+export interface ForgetPlan {
+  readonly sink: string;
+  readonly configured: boolean;
+  readonly dataset: string | null;
+  readonly state: SinkState;
+  readonly partitions: PartitionStatus[];
 }
 
 export interface PartitionStatus {
@@ -266,44 +417,23 @@ export interface SinkStatus {
   kind: 'blob' | 'request';
   partitions: PartitionStatus[];
 }
+/**
+ * A sink whose state on disk holds rows of datasets it does not export in this
+ * config (absent from it, or no longer exporting them): retention keeps those
+ * rows until the sink comes back or is forgotten.
+ */
+export interface AbsentSinkStatus {
+  name: string;
+  /** The sink is in the config, but not with these datasets. */
+  configured: boolean;
+  datasets: string[];
+  partitions: PartitionStatus[];
+}
 export interface StatusReport {
   sinks: SinkStatus[];
+  absent: AbsentSinkStatus[];
 }
 
-/** A sink instance's own state dir: its watermarks and its export lock live here. */
-function sinkStateDir(loaded: LoadedConfig, name: string): string {
-  return join(loaded.stateDir, 'sinks', encodeSegment(name));
-}
-
-/** Where a destination puts its keys: its description of a key, less the key; undefined if it does not say. */
-function destinationRoot(d: BlobDestination): string | undefined {
-  const probe = 'hypsink-probe';
-  const where = d.describe(probe);
-  return where.endsWith(probe) ? where.slice(0, -probe.length) : undefined;
-}
-
-/**
- * Two blob sinks sharing a root and a dataset would put their units under the
- * same keys: the second would find the first's blob and count its own rows
- * delivered, or add the same rows again under other unit bounds.
- */
-function refuseSharedRoots(loaded: LoadedConfig, sinks: ReadonlyMap<string, SinkRuntime>): void {
-  const seen: SinkRuntime[] = [];
-  for (const s of sinks.values()) {
-    if (s.root === undefined) continue;
-    const other = seen.find((o) => o.root === s.root && o.datasets.some((d) => s.datasets.includes(d)));
-    if (other) {
-      const shared = other.datasets.filter((d) => s.datasets.includes(d));
-      throw new HypsinkError(
-        'HYPSINK_ERR_CONFIG',
-        `${loaded.file ?? 'embedded default config'}: sinks "${other.name}" and "${s.name}" both write dataset ${shared.map((d) => `"${d}"`).join(', ')} to ${s.root}; give each sink its own dir or prefix`,
-      );
-    }
-    seen.push(s);
-  }
-}
-
-/** Build one sink from its config: the plugins it names must provide what its role needs. */
 /** Prompt-tick requests from sinks, for whoever schedules ticks (the daemon); dropped when nobody listens. */
 class TickRequests {
   private readonly listeners = new Set<(sink: string) => void>();
@@ -318,82 +448,3 @@ class TickRequests {
   }
 }
 
-async function buildSink(
-  loaded: LoadedConfig,
-  log: Pino,
-  host: PluginHost,
-  name: string,
-  sc: SinkConfig,
-  tickRequests: TickRequests,
-): Promise<SinkRuntime> {
-  const where = `${loaded.file ?? 'embedded default config'}: sink "${name}"`;
-  const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
-    if (!host.kindOf(spec)) {
-      try {
-        await host.load(spec);
-      } catch (e) {
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: ${(e as Error).message}`, { cause: e });
-      }
-    }
-    const kind = host.kindOf(spec);
-    if (kind !== want) {
-      const hint =
-        want === 'destination' && kind === 'sink'
-          ? `; a request sink is configured with "plugin": "${spec}", without "writer"`
-          : want === 'sink' && kind !== undefined
-            ? `; ${a(kind)} belongs in a blob sink ("writer" + "destination")`
-            : '';
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${field}: "${spec}" is ${kind ? a(kind) : 'not registered by its plugin'}, not ${a(want)}${hint}`);
-    }
-  };
-  const stateDir = sinkStateDir(loaded, name);
-  const build = {
-    sink: name,
-    stateDir,
-    baseDir: loaded.baseDir,
-    log: log.child({ sink: name }),
-    fault: (point: string) => {
-      if (!(point in FAULT_POINTS)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `fault point "${point}" is not declared in kernel/fault.ts`);
-      fault(point as FaultPoint);
-    },
-    requestTick: () => tickRequests.request(name),
-  };
-  let shipper: UnitShipper;
-  let root: string | undefined;
-  try {
-    if (isBlobSink(sc)) {
-      await need('writer', sc.writer, 'encoder');
-      await need('destination', sc.destination, 'destination');
-      const encoder = host.registry.encoders.get(sc.writer)!.create(sc.writerConfig, build);
-      const destination = host.registry.destinations.get(sc.destination)!.create(sc.config, build);
-      shipper = blobShipper(encoder, destination, BLOB_LIMITS);
-      root = destinationRoot(destination);
-    } else {
-      await need('plugin', sc.plugin, 'sink');
-      shipper = host.registry.sinks.get(sc.plugin)!.create(sc.config, build);
-    }
-  } catch (e) {
-    // A plugin's own config check names the sink and field; add the file.
-    if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(where)) {
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${loaded.file ?? 'embedded default config'}: ${e.message}`, { cause: e });
-    }
-    if (e instanceof HypsinkError) throw e;
-    throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: ${(e as Error).message}`, { cause: e });
-  }
-  return {
-    name,
-    kind: isBlobSink(sc) ? 'blob' : 'request',
-    datasets: sc.datasets,
-    shipper,
-    watermarks: new WatermarkStore(stateDir),
-    root,
-    policy: {
-      minRows: sc.minRows,
-      maxDelayMs: sc.maxDelay !== undefined ? (parseDuration(sc.maxDelay) ?? 0) : sc.minRows > 1 ? 3_600_000 : 0,
-      limits: {
-        maxRows: sc.unit.maxRows ?? shipper.limits.maxRows,
-        maxBytes: sc.unit.maxBytes ?? shipper.limits.maxBytes,
-      },
-    },
-  };
-}

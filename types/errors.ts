@@ -28,8 +28,11 @@ export interface HypsinkErrorOptions {
   /** The destination asked to wait this long before retrying (Retry-After). */
   readonly retryAfterMs?: number;
   /**
-   * The destination refused the unit as too large and stored nothing: the kernel
-   * re-plans the same range as smaller units instead of retrying it as is.
+   * The destination refused the unit as too large, and no earlier attempt of
+   * this ship may have stored any of it. The kernel then re-plans the range as
+   * smaller units, but only a unit it planned in this run: a unit recorded
+   * before (it may have been shipped before a crash) keeps its identity, and
+   * the export fails asking for a larger limit. @ref LLP 0018
    */
   readonly tooLarge?: boolean;
 }

@@ -76,7 +76,11 @@ export interface LifecycleHooks {
    */
   readonly watermarkAdvanced: SyncHook<[WatermarkAdvancedEvent]>;
   readonly gapDetected: AsyncSeriesHook<[GapEvent]>;
-  /** Fan-out: every plugin closes at once so shutdown is bounded by the slowest, not the sum. */
+  /**
+   * A drain begins (SIGINT/SIGTERM, or the kernel closing): end parked waits at
+   * once and start nothing new; units on the wire may finish, and the kernel
+   * closes every shipper after. Fan-out: bounded by the slowest plugin, not the sum.
+   */
   readonly shutdown: AsyncParallelHook<[]>;
 }
 

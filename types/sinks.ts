@@ -18,9 +18,16 @@ export interface Unit {
   readonly until: Continuation;
   /** The unit's stable identity (blob key, batch id), fixed in the intent before shipping. */
   readonly id: string;
-  /** Rows planned for this unit (an upper bound if rows were pruned since planning). */
+  /**
+   * Rows planned for this unit, counted before the ship: a unit advances only
+   * when exactly these rows were read whole (the kernel checks). @ref LLP 0018
+   */
   readonly plannedRows: number;
-  /** Re-readable: each call reads the unit's rows again, in seq order. */
+  /**
+   * Re-readable: each call reads the unit's rows again, in seq order. The last
+   * read a sink starts must run to its end: a read that fails or stops early
+   * fails the unit (a blob's body is refused before it commits).
+   */
   rows(): AsyncIterable<Row>;
   batches(): AsyncIterable<RecordBatch>;
   /**
@@ -65,6 +72,13 @@ export interface UnitShipper {
   /** Identity for the unit of `partition` covering `(since, until]`: a pure function. */
   unitId(partition: PartitionRef, since: Continuation | null, until: Continuation): string;
   ship(unit: Unit): Promise<ShipResult>;
+  /**
+   * Where the units go, stably and without secrets (e.g. the receiver's URL).
+   * The kernel records it with the sink's watermarks and refuses to go on when
+   * it changes, until the operator says whether the destination moved or is new.
+   * Without it, a move goes unnoticed. @ref LLP 0022
+   */
+  readonly destination?: string;
   /** Abort parked waits and release connections. */
   close(): Promise<void>;
 }
@@ -86,6 +100,12 @@ export interface BlobDestination {
   putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal }): Promise<PutResult>;
   /** Human-readable location of a key, for logs and status (no secrets). */
   describe(key: string): string;
+  /**
+   * Where the blobs go, stably and without secrets (a folder, a bucket and
+   * prefix at an endpoint): see `UnitShipper.destination`. Without it the
+   * kernel uses `describe`'s root. @ref LLP 0022
+   */
+  readonly destination?: string;
   close(): Promise<void>;
 }
 
@@ -104,6 +124,13 @@ export interface SinkBuildContext {
   readonly stateDir: string;
   /** The folder relative config paths resolve against. */
   readonly baseDir: string;
+  /**
+   * A stable id of this cache, kept with it: mix it into unit ids that a shared
+   * destination dedupes by, so two caches never share one. Read it when a unit
+   * id is made, not in `create` (the cache opens after its sinks are built).
+   * @ref LLP 0021
+   */
+  readonly cacheId: string;
   readonly log: import('./plugins.js').Logger;
   /**
    * A named fault point (declared in the kernel's list): inert unless a crash

@@ -70,7 +70,7 @@ export interface PartitionStats {
   readonly highWater: string | null;
   /** Highest seq removed by retention, or null if nothing was pruned. */
   readonly prunedThroughSeq: string | null;
-  /** Rows ever committed (exact duplicates folded by compaction excluded). */
+  /** Rows ever committed to the partition, pruned ones included. */
   readonly committedRows: number;
 }
 

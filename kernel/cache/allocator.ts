@@ -10,6 +10,7 @@ import { HypsinkError } from '../../types/errors.js';
 import { fault } from '../fault.js';
 import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { KeyedMutex } from '../mutex.js';
+import type { CommitGuard } from './partition.js';
 
 interface AllocatorFile {
   v: 1;
@@ -36,6 +37,8 @@ export class SeqAllocator {
   constructor(
     cacheRoot: string,
     private readonly blockSize = 1024,
+    /** Proves the writer lock is still ours before a block is reserved (two writers would share seqs). */
+    private readonly guard?: CommitGuard,
   ) {
     this.path = join(cacheRoot, '_hyp_ingest_seq.json');
   }
@@ -72,6 +75,7 @@ export class SeqAllocator {
         const block = BigInt(this.blockSize);
         const size = want > block ? want * BigInt(LARGE_COMMIT_BLOCKS) : block;
         const end = first + size - 1n;
+        await this.guard?.assertHeld(`reserving seqs ${first}..${end} in ${this.path}`);
         await writeJsonAtomic(this.path, { v: 1, reservedThrough: end.toString() } satisfies AllocatorFile);
         fault('alloc.afterReserve');
         this.next = first;

@@ -2,21 +2,23 @@
  * The kernel cache: spools, partitions, the seq allocator, the writer lock and
  * the storage service, composed. Only this module writes partitions.
  */
+import { createHash, randomUUID } from 'node:crypto';
 import { promises as fsp, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { HypsinkError } from '../../types/errors.js';
 import { type DatasetSchema, PARTITION_COLUMN } from '../../types/schema.js';
 import type { PartitionRef, TableRef } from '../../types/storage.js';
 import { fault } from '../fault.js';
-import { fsyncDir, readJsonFile } from '../io/durable.js';
+import { exists, fsyncDir, readJsonFile, writeJsonAtomic, writeNewFileDurable } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
 import { SeqAllocator } from './allocator.js';
 import { commitRows } from './commit.js';
 import { type CompactResult, compactPartition } from './compaction.js';
 import { FlushEncoder } from './flush-encoder.js';
-import { encodeFrameLine, partsOf } from './frames.js';
+import { type BatchMark, encodeFrameLine, partsOf } from './frames.js';
 import { normalizeRow } from './normalize.js';
+import { effSeq } from './manifest.js';
 import { PartitionStore, partitionRef } from './partition.js';
 import { DEFAULT_ROW_GROUP_ROWS } from './parquet.js';
 import { CacheStorage } from './reader.js';
@@ -44,6 +46,41 @@ export interface FlushResult {
   partitions: { partition: PartitionRef; rows: number; highWater: string }[];
 }
 
+/**
+ * A batch whose every row is committed: kept so a retry of it is acknowledged
+ * without adding rows, for as long as the cache may still hold its rows.
+ * @ref LLP 0021: idempotent ingest
+ */
+export interface BatchRecord {
+  readonly v: 1;
+  /** The host's batch id. */
+  readonly id: string;
+  readonly dataset: string;
+  /** Input lines and their SHA-256: a retry must send the same input. */
+  readonly lines: number;
+  readonly hash: string;
+  readonly accepted: number;
+  readonly rejected: number;
+  readonly committedAt: string;
+  /** Every row of the batch has a seq at or below this (the allocator's reservation then). */
+  readonly maxSeq: string;
+}
+
+function checkBatchRecord(v: unknown): string | null {
+  const r = v as BatchRecord;
+  if (r?.v !== 1 || typeof r.id !== 'string' || typeof r.dataset !== 'string' || typeof r.hash !== 'string') return 'not a v1 batch record';
+  if (!Number.isSafeInteger(r.lines) || !Number.isSafeInteger(r.accepted) || !Number.isSafeInteger(r.rejected) || typeof r.maxSeq !== 'string') return 'bad counts';
+  return null;
+}
+
+/** Spools of batches are named by a hash of the batch id, so every retry of a batch finds its spool. */
+const BATCH_SPOOL = /^b-[0-9a-f]{40}$/;
+
+/** A batch id: what a host may pass as `--batch-id`. */
+export function checkBatchId(id: string): string | null {
+  return /^[\x21-\x7e]{1,256}$/.test(id) ? null : 'a batch id is 1-256 visible ASCII characters (no spaces)';
+}
+
 export class Cache {
   readonly root: string;
   readonly storage: CacheStorage;
@@ -52,6 +89,8 @@ export class Cache {
   private readonly partitionMutex = new KeyedMutex();
   /** One flush per spool at a time in this process (across processes the writer lock serializes). */
   private readonly spoolMutex = new KeyedMutex();
+  /** One ingest per batch at a time in this process (across processes its spool's lock). */
+  private readonly batchMutex = new KeyedMutex();
   /** One Spool (and so one spool lock object) per spool in this process. */
   private readonly spools = new Map<string, Spool>();
   private readonly opts: Required<Omit<CacheOptions, 'datasets' | 'root'>>;
@@ -72,11 +111,11 @@ export class Cache {
       workerMinBytes: opts.workerMinBytes ?? 1024 * 1024,
     };
     this.encoder = new FlushEncoder(this.opts.rowGroupRows, this.opts.workerMinBytes);
-    this.allocator = new SeqAllocator(root, this.opts.seqBlockSize);
     this.writer = new ProcessLock(root, `cache ${root}`, {
       waitMs: this.opts.lockWaitMs,
       onAcquire: () => this.allocator.invalidate(),
     });
+    this.allocator = new SeqAllocator(root, this.opts.seqBlockSize, this.writer);
     this.storage = new CacheStorage({
       store: (t) => this.store(t),
       schema: (d) => this.schema(d),
@@ -88,8 +127,13 @@ export class Cache {
   static async open(opts: CacheOptions): Promise<Cache> {
     await fsp.mkdir(join(opts.root, 'datasets'), { recursive: true });
     await fsp.mkdir(join(opts.root, 'spools'), { recursive: true });
-    return new Cache(opts.root, opts.datasets, opts);
+    const cache = new Cache(opts.root, opts.datasets, opts);
+    cache.id = await cacheId(opts.root);
+    return cache;
   }
+
+  /** This cache's stable id (`cache.json`), made once when the cache is first opened. @ref LLP 0021 */
+  id = '';
 
   /** Release what the cache holds beyond files (the flush worker). */
   async close(): Promise<void> {
@@ -182,7 +226,38 @@ export class Cache {
    * a bad row rejects the whole call (the caller sorts good from bad).
    */
   async appendRows(ref: SpoolRef, columns: readonly string[], rows: readonly (readonly unknown[])[]): Promise<void> {
-    const schema = this.schema(ref.dataset);
+    await this.appendValidated(ref, this.validate(ref.dataset, columns, rows));
+  }
+
+  /**
+   * Append rows as one batch, exactly once: a batch id already committed or
+   * spooled is acknowledged again (`duplicate`) without adding a row, once its
+   * rows are checked to be the same. The rows are one frame with the batch's
+   * end mark, so they are durable together or not at all; a flush commits them.
+   * @ref LLP 0021: idempotent ingest
+   */
+  async appendBatch(dataset: string, batchId: string, columns: readonly string[], rows: readonly (readonly unknown[])[]): Promise<{ duplicate: boolean }> {
+    const ref = this.batchSpool(dataset, batchId);
+    const values = this.validate(dataset, columns, rows);
+    const hash = createHash('sha256').update(JSON.stringify(values, (_k, v) => (typeof v === 'bigint' ? v.toString() : v))).digest('hex');
+    return this.withBatch(ref, async (progress) => {
+      const done = (await this.batchRecord(ref)) ?? (await progress());
+      if (done && ('end' in done ? done.end : true)) {
+        if (done.hash !== hash) {
+          throw new HypsinkError('HYPSINK_ERR_INPUT', `batch ${batchId} was ingested before with other content; nothing was added. New rows need a new batch id`);
+        }
+        return { duplicate: true };
+      }
+      const { columns: cols } = this.schema(dataset);
+      const mark: BatchMark = { id: batchId, lines: rows.length, hash, end: true, accepted: rows.length, rejected: 0 };
+      await this.appendFrame(ref, encodeFrameLine(cols, values.length > 0 ? partsOf(cols.length, values) : [], mark));
+      return { duplicate: false };
+    });
+  }
+
+  /** Validate rows given as `columns` (with `source`): `[source, ...values in schema order]`, or an error naming the row. */
+  private validate(dataset: string, columns: readonly string[], rows: readonly (readonly unknown[])[]): unknown[][] {
+    const schema = this.schema(dataset);
     const srcIdx = columns.indexOf(PARTITION_COLUMN);
     if (srcIdx < 0) throw new HypsinkError('HYPSINK_ERR_INPUT', `appendRows: columns must include "${PARTITION_COLUMN}"`);
     const ignore = new Set([PARTITION_COLUMN]);
@@ -197,10 +272,10 @@ export class Cache {
         obj[c] = values[ci];
       });
       const r = normalizeRow(schema, obj, ignore);
-      if (!r.ok) throw new HypsinkError('HYPSINK_ERR_INPUT', `dataset "${ref.dataset}" row ${i + 1}: ${r.reason}`);
+      if (!r.ok) throw new HypsinkError('HYPSINK_ERR_INPUT', `dataset "${dataset}" row ${i + 1}: ${r.reason}`);
       out.push([source, ...r.values]);
     });
-    await this.appendValidated(ref, out);
+    return out;
   }
 
   /** Append rows already validated by `normalizeRow`, as `[source, ...values in schema order]`, as one frame. */
@@ -226,19 +301,27 @@ export class Cache {
    * Flush one spool: the single chokepoint into partitions. `sealCurrent: false`
    * commits only the segments sealed already, leaving the current file to fill.
    */
-  async flushTable(ref: SpoolRef, opts: { sealCurrent?: boolean } = {}): Promise<FlushResult> {
+  async flushTable(ref: SpoolRef, opts: { sealCurrent?: boolean; skipBusy?: boolean } = {}): Promise<FlushResult> {
     const spool = this.spool(ref);
     const schema = this.schema(ref.dataset);
     // Two flushes of one spool would both read (and delete) the same sealed segments.
     return this.spoolMutex.run(spool.key, () => this.writer.with('flush', async () => {
       const result: FlushResult = { segments: 0, partitions: [] };
-      for (const seg of opts.sealCurrent === false ? await spool.sealed() : await spool.seal()) {
+      const segments = opts.sealCurrent === false ? await spool.sealed() : await spool.seal(opts.skipBusy ?? false);
+      // Held by its ingest in another process, which flushes it itself.
+      if (segments === null) return result;
+      for (const seg of segments) {
         const built = await this.encoder.segment(seg.path, ref.dataset, schema);
         try {
           for (const { source, rows } of built.partitions) {
-            const store = new PartitionStore(this.root, partitionRef(ref.dataset, source));
+            const store = new PartitionStore(this.root, partitionRef(ref.dataset, source), this.writer);
             const res = await this.partitionMutex.run(store.ref.path, () =>
-              commitRows(store, this.allocator, { rows, batchId: `${spool.key}#${seg.n}`, marker: { spool: spool.key, segment: seg.n } }),
+              commitRows(store, this.allocator, {
+                rows,
+                batchId: `${spool.key}#${seg.n}`,
+                marker: { spool: spool.key, segment: seg.n },
+                spoolExists: (key) => exists(join(this.root, 'spools', key)),
+              }),
             );
             if (res.committed && res.highWater) {
               result.partitions.push({ partition: store.ref, rows: res.rows, highWater: res.highWater });
@@ -252,8 +335,66 @@ export class Cache {
         await fsyncDir(spool.dir);
         result.segments += 1;
       }
+      await this.completeBatch(spool, opts.skipBusy ?? false);
       return result;
     }));
+  }
+
+  /** The spool of a batch, named by a hash of its id: a retry of the batch finds it. */
+  batchSpool(dataset: string, batchId: string): SpoolRef {
+    this.schema(dataset);
+    const problem = checkBatchId(batchId);
+    if (problem) throw new HypsinkError('HYPSINK_ERR_INPUT', `batch id ${JSON.stringify(batchId)}: ${problem}`);
+    return { dataset, id: `b-${createHash('sha256').update(batchId).digest('hex').slice(0, 40)}` };
+  }
+
+  private batchRecordPath(ref: SpoolRef): string {
+    return join(this.root, 'batches', encodeSegment(ref.dataset), `${ref.id}.json`);
+  }
+
+  /** The record of a batch whose every row is committed, if there is one. */
+  batchRecord(ref: SpoolRef): Promise<BatchRecord | undefined> {
+    return readJsonFile<BatchRecord>(this.batchRecordPath(ref), checkBatchRecord, 'batch record');
+  }
+
+  /**
+   * Run `fn` as the only ingest of this batch, here or in any process: it holds
+   * the batch spool's lock throughout (a flush elsewhere passes the spool by),
+   * and finds how far an earlier try got (`progress`).
+   */
+  async withBatch<T>(ref: SpoolRef, fn: (progress: () => Promise<BatchMark | null>) => Promise<T>): Promise<T> {
+    const spool = this.spool(ref);
+    await fsp.mkdir(spool.dir, { recursive: true });
+    return this.batchMutex.run(spool.key, () => spool.processLock.with('ingest', () => fn(() => spool.progress())));
+  }
+
+  /**
+   * After a flush of a batch spool: if its last frame (the end mark) is
+   * committed, record the batch as committed. Caller holds the writer lock.
+   */
+  private async completeBatch(spool: Spool, skipBusy: boolean): Promise<void> {
+    if (!BATCH_SPOOL.test(spool.ref.id)) return;
+    const lock = spool.processLock;
+    await (skipBusy ? lock.tryWith.bind(lock) : lock.with.bind(lock))('complete', async () => {
+      const mark = await spool.progress();
+      if (!mark?.end || (await spool.sealed()).length > 0 || (await spool.hasCurrent())) return;
+      const path = this.batchRecordPath(spool.ref);
+      if (await exists(path)) return;
+      const record: BatchRecord = {
+        v: 1,
+        id: mark.id,
+        dataset: spool.ref.dataset,
+        lines: mark.lines,
+        hash: mark.hash,
+        accepted: mark.accepted ?? 0,
+        rejected: mark.rejected ?? 0,
+        committedAt: new Date().toISOString(),
+        maxSeq: (await this.allocator.readReserved()).toString(),
+      };
+      await fsp.mkdir(dirname(path), { recursive: true });
+      await writeJsonAtomic(path, record);
+      fault('flush.afterBatchRecord');
+    });
   }
 
   /** Every spool of every dataset (or one dataset). */
@@ -262,15 +403,79 @@ export class Cache {
     for (const ds of Object.keys(this.datasets)) {
       if (dataset !== undefined && ds !== dataset) continue;
       const dir = join(this.root, 'spools', encodeSegment(ds));
-      for (const id of await readdirOrEmpty(dir)) out.push({ dataset: ds, id });
+      for (const id of await readdirOrEmpty(dir)) if (!id.startsWith('.')) out.push({ dataset: ds, id });
     }
     return out;
   }
 
+  /**
+   * Maintenance: remove the spools of committed batches (their rows are in the
+   * partitions, their record stays), and forget a batch once no partition of
+   * its dataset may still hold a row of it (none at or below its `maxSeq`): for
+   * as long as the cache keeps a batch's rows, a retry of it adds nothing.
+   * @ref LLP 0021: idempotent ingest
+   */
+  async sweepBatches(): Promise<{ spools: number; records: number }> {
+    const out = { spools: 0, records: 0 };
+    for (const ds of Object.keys(this.datasets)) {
+      const recordsDir = join(this.root, 'batches', encodeSegment(ds));
+      const spoolsDir = join(this.root, 'spools', encodeSegment(ds));
+      for (const name of await readdirOrEmpty(spoolsDir)) {
+        if (name.startsWith('.trash-')) await fsp.rm(join(spoolsDir, name), { recursive: true, force: true });
+        if (!BATCH_SPOOL.test(name) || !(await exists(join(recordsDir, `${name}.json`)))) continue;
+        if (await this.removeSpool({ dataset: ds, id: name })) out.spools++;
+      }
+      let lowest: bigint | null = null;
+      for (const p of await this.listPartitions(ds)) {
+        const first = (await new PartitionStore(this.root, p).peekManifest()).files[0];
+        if (first && (lowest === null || effSeq(first.minSeq) < lowest)) lowest = effSeq(first.minSeq);
+      }
+      for (const name of await readdirOrEmpty(recordsDir)) {
+        if (!name.endsWith('.json')) continue;
+        const rec = await readJsonFile<BatchRecord>(join(recordsDir, name), checkBatchRecord, 'batch record');
+        if (!rec || (lowest !== null && lowest <= BigInt(rec.maxSeq))) continue;
+        if (await exists(join(spoolsDir, name.slice(0, -5)))) continue; // its spool first (next pass)
+        await fsp.rm(join(recordsDir, name), { force: true });
+        out.records++;
+      }
+    }
+    return out;
+  }
+
+  /** Remove a committed batch's spool, if nobody holds it and it holds no frame: one rename, then the removal. */
+  private async removeSpool(ref: SpoolRef): Promise<boolean> {
+    const spool = this.spool(ref);
+    const trash = join(dirname(spool.dir), `.trash-${randomUUID()}`);
+    let moved = false;
+    try {
+      // Busy (a retry of the batch): removed by a later pass.
+      await spool.processLock.tryWith('remove', async () => {
+        if ((await spool.sealed()).length > 0 || (await spool.hasCurrent())) return;
+        await fsp.rename(spool.dir, trash);
+        moved = true;
+      });
+    } catch (e) {
+      // The lock's own folder went with the rename: releasing it may say it was lost.
+      if (!(moved && e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
+    }
+    this.spools.delete(`${ref.dataset}\0${ref.id}`);
+    if (moved) await fsp.rm(trash, { recursive: true, force: true });
+    return moved;
+  }
+
+  /**
+   * Flush every spool with something to flush. A spool held by its ingest in
+   * another process is passed by: that ingest flushes it (and if it dies, its
+   * lock is free for the next flush).
+   */
   async flushAll(): Promise<FlushResult> {
     const all: FlushResult = { segments: 0, partitions: [] };
     for (const ref of await this.listSpools()) {
-      const r = await this.flushTable(ref);
+      const spool = this.spool(ref);
+      const idle = !(await spool.hasCurrent()) && (await spool.sealed()).length === 0;
+      // Nothing to commit, and no batch whose end may be committed but not yet recorded.
+      if (idle && (!BATCH_SPOOL.test(ref.id) || (await exists(this.batchRecordPath(ref))))) continue;
+      const r = await this.flushTable(ref, { skipBusy: true });
       all.segments += r.segments;
       all.partitions.push(...r.partitions);
     }
@@ -283,7 +488,7 @@ export class Cache {
       const out: RetentionResult[] = [];
       for (const ref of await this.listPartitions()) {
         const schema = this.schema(ref.dataset);
-        const store = new PartitionStore(this.root, ref);
+        const store = new PartitionStore(this.root, ref, this.writer);
         out.push(await this.partitionMutex.run(ref.path, () => retainPartition(store, schema, policy, this.opts.rowGroupRows)));
       }
       return out;
@@ -296,7 +501,7 @@ export class Cache {
       const out: CompactResult[] = [];
       for (const ref of only ? [only] : await this.listPartitions()) {
         const schema = this.schema(ref.dataset);
-        const store = new PartitionStore(this.root, ref);
+        const store = new PartitionStore(this.root, ref, this.writer);
         const r = await this.partitionMutex.run(ref.path, () =>
           compactPartition(store, schema, this.opts.rowGroupRows, this.opts.compactFileRows, minFiles),
         );
@@ -305,6 +510,33 @@ export class Cache {
       return out;
     });
   }
+}
+
+interface CacheFile {
+  v: 1;
+  id: string;
+}
+
+/** The id in `<root>/cache.json`, written once (create-if-absent: two first openers agree on one). */
+async function cacheId(root: string): Promise<string> {
+  const path = join(root, 'cache.json');
+  const check = (v: unknown) => ((v as CacheFile)?.v === 1 && /^[0-9a-f-]{36}$/.test((v as CacheFile).id) ? null : 'expected {"v":1,"id":"<uuid>"}');
+  const found = await readJsonFile<CacheFile>(path, check, 'cache id file');
+  if (found) return found.id;
+  // Written whole aside, then linked in: a reader never sees it half-written, and the first link wins.
+  const temp = `${path}.${process.pid}-${randomUUID()}.tmp`;
+  await writeNewFileDurable(temp, `${JSON.stringify({ v: 1, id: randomUUID() } satisfies CacheFile)}\n`);
+  try {
+    await fsp.link(temp, path);
+    await fsyncDir(root);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  } finally {
+    await fsp.rm(temp, { force: true });
+  }
+  const made = await readJsonFile<CacheFile>(path, check, 'cache id file');
+  if (!made) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `cache id file ${path} vanished right after it was written`);
+  return made.id;
 }
 
 async function readdirOrEmpty(dir: string): Promise<string[]> {

@@ -33,6 +33,12 @@ export interface CommitInput {
   readonly batchId: string;
   /** The spool segment these rows came from; recorded in the same manifest write. */
   readonly marker: { spool: string; segment: number };
+  /**
+   * Whether a spool (by key) may still hold a segment the manifest has recorded:
+   * entries of spools that are gone are dropped, so manifests do not keep one
+   * per ingest forever. Absent: every entry is kept.
+   */
+  readonly spoolExists?: (key: string) => Promise<boolean>;
 }
 
 export interface CommitResult {
@@ -149,6 +155,13 @@ export async function commitRows(
   manifest.files.push(entry);
   manifest.committedRows = (manifest.committedRows ?? manifestRows(manifest) - entry.rows) + entry.rows;
   manifest.spools[input.marker.spool] = input.marker.segment;
+  await store.writer?.assertHeld(`committing ${entry.rows} rows to ${store.manifestPath(generation)}`);
+  // A spool removed after its last segment was flushed can hold no segment to guard against.
+  if (input.spoolExists) {
+    for (const key of Object.keys(manifest.spools)) {
+      if (key !== input.marker.spool && !(await input.spoolExists(key))) delete manifest.spools[key];
+    }
+  }
   await writeManifest(store.manifestPath(generation), manifest);
   fault('flush.afterManifest');
   return { committed: true, rows: input.rows.rows, highWater: range.last.toString() };

@@ -1,12 +1,15 @@
 /**
  * Compaction: rewrite a partition into generation n+1 as few files, in seq
- * order, dropping only exact row-id duplicates and keeping the copy with the
- * lowest seq — so a row already exported is never re-exported under a new seq.
- * Seqs are copied verbatim (legacy null seqs stay null). Streams row group by
- * row group; at most `fileRows` rows are held before a file is written.
+ * order, keeping every committed row and copying seqs verbatim (legacy null
+ * seqs stay null): it never changes what any sink will receive. Two identical
+ * rows from the host are two rows here; duplicates of one batch are stopped at
+ * ingest by batch ids, not folded here. Streams row group by row group; at
+ * most `fileRows` rows are held before a file is written.
  * @ref LLP 0004: generations, cursor swap and reader leases
+ * @ref LLP 0020: compaction keeps every committed row
  */
 import { makeData, RecordBatch, Table } from 'apache-arrow';
+import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { buildUtf8, ROW_ID_COLUMN } from './columns.js';
@@ -38,7 +41,6 @@ export async function compactPartition(
   const next = nextManifest(manifest, to);
   await startGeneration(store, to);
   const gdir = store.manifestPath(generation).replace(/\/manifest\.json$/, '');
-  const seen = new Set<string>();
   let pending: RecordBatch[] = [];
   let pendingRows = 0;
   const out: FileEntry[] = [];
@@ -55,19 +57,8 @@ export async function compactPartition(
     try {
       for (let g = 0; g < reader.numRowGroups; g++) {
         for (const raw of await reader.readRowGroup(g)) {
-          const b = withRowIds(store.ref, conform(raw, schema.columns), raw.getChild(ROW_ID_COLUMN) === null);
-          const ids = b.getChild(ROW_ID_COLUMN)!;
-          let i = 0;
-          while (i < b.numRows) {
-            // Runs of first-seen rows are sliced whole.
-            const start = i;
-            while (i < b.numRows && !seen.has(ids.get(i) as string)) seen.add(ids.get(i++) as string);
-            if (i > start) {
-              pending.push(b.slice(start, i));
-              pendingRows += i - start;
-            }
-            while (i < b.numRows && seen.has(ids.get(i) as string)) i++;
-          }
+          pending.push(withRowIds(store.ref, conform(raw, schema.columns), raw.getChild(ROW_ID_COLUMN) === null));
+          pendingRows += raw.numRows;
           if (pendingRows >= fileRows) await emit();
         }
       }
@@ -77,8 +68,9 @@ export async function compactPartition(
   }
   await emit();
   next.files = out;
-  // Folded duplicates were never distinct rows: no sink owes them.
-  next.committedRows = (next.committedRows ?? 0) - (manifestRows(manifest) - manifestRows(next));
+  if (manifestRows(next) !== manifestRows(manifest)) {
+    throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${store.dir}: compaction read ${manifestRows(next)} rows, the manifest lists ${manifestRows(manifest)}`);
+  }
   await writeManifest(store.manifestPath(to), next);
   await store.swapTo(to, 'compact');
   return { partition: store.ref, generation: to, rowsBefore: manifestRows(manifest), rowsAfter: manifestRows(next) };
@@ -87,7 +79,7 @@ export async function compactPartition(
 /** A legacy row's id hashes its JSON text as one column. */
 const LEGACY_ROW: readonly ColumnSpec[] = [{ name: 'row', type: 'JSON', nullable: false }];
 
-/** Legacy rows carry no row id: derive one from their values so their duplicates fold too. */
+/** Legacy rows carry no row id: derive one from their values, as every other row has one. */
 function withRowIds(p: PartitionRef, b: RecordBatch, legacy: boolean): RecordBatch {
   if (!legacy) return b;
   const ids: string[] = [];

@@ -22,11 +22,29 @@ export interface FrameV1 {
   rows: unknown[][];
 }
 
+/**
+ * How far a batch's input is durable once this frame is: the lines read through
+ * the end of this frame's block, and the SHA-256 of the source and those bytes. The last frame
+ * of a batch says `end`, with the batch's totals. A resumed ingest starts after
+ * the highest mark and checks its input against the hash.
+ * @ref LLP 0021: idempotent ingest
+ */
+export interface BatchMark {
+  /** The host's batch id. */
+  readonly id: string;
+  readonly lines: number;
+  readonly hash: string;
+  readonly end?: true;
+  readonly accepted?: number;
+  readonly rejected?: number;
+}
+
 /** v2: column names at append time, per source its row count and IPC stream length, and the streams. */
 export interface FrameV2 {
   v: 2;
   cols: string[];
   parts: { source: string; rows: number; bytes: number }[];
+  batch?: BatchMark;
   /** The parts' IPC streams, one after another (not in the header: after its tab). */
   payload: Uint8Array;
 }
@@ -61,7 +79,7 @@ export function partsOf(width: number, rows: readonly (readonly unknown[])[]): S
 }
 
 /** A v2 frame as the line a spool stores, newline included, in bytes of its own (transferable). */
-export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly SpoolPart[]): { bytes: Uint8Array; rows: number } {
+export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly SpoolPart[], batch?: BatchMark): { bytes: Uint8Array; rows: number } {
   const schema = userSchema(columns);
   const streams = parts.map(({ rows, values }) => {
     const children = columns.map((c, ci) => buildColumn(c.type, values[ci]!));
@@ -72,6 +90,7 @@ export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly 
     v: 2,
     cols: columns.map((c) => c.name),
     parts: parts.map(({ source, rows }, i) => ({ source, rows, bytes: streams[i]!.byteLength })),
+    ...(batch ? { batch } : {}),
   });
   const payload = Buffer.concat(streams).toString('base64');
   const headBytes = Buffer.byteLength(header);
@@ -85,6 +104,35 @@ export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly 
 }
 
 const TAB = 0x09;
+
+/** The same frame line with `batch` in its header: the columns after the tab are not touched. */
+export function markFrameLine(line: { bytes: Uint8Array; rows: number }, batch: BatchMark): { bytes: Uint8Array; rows: number } {
+  const buf = Buffer.from(line.bytes.buffer, line.bytes.byteOffset, line.bytes.byteLength);
+  const tab = buf.indexOf(TAB);
+  const head = JSON.parse(buf.toString('utf8', 0, tab)) as Record<string, unknown>;
+  const header = Buffer.from(JSON.stringify({ ...head, batch }), 'utf8');
+  const bytes = Buffer.from(new ArrayBuffer(header.length + buf.length - tab));
+  header.copy(bytes, 0);
+  buf.copy(bytes, header.length, tab);
+  return { bytes, rows: line.rows };
+}
+
+/** The header of a frame line (its JSON before the tab), without decoding its columns; null if it is not one. */
+export function frameHeader(line: Buffer): { batch?: BatchMark } | null {
+  const tab = line.indexOf(TAB);
+  try {
+    const head = JSON.parse(line.toString('utf8', 0, tab < 0 ? line.length : tab)) as { batch?: BatchMark } | null;
+    return head && typeof head === 'object' ? head : null;
+  } catch {
+    return null;
+  }
+}
+
+export function checkBatchMark(b: unknown): string | null {
+  const m = b as BatchMark;
+  if (!m || typeof m.id !== 'string' || !Number.isSafeInteger(m.lines) || m.lines < 0 || typeof m.hash !== 'string') return 'bad batch mark';
+  return null;
+}
 
 /** A frame from its line (without the newline), or why it is not one. */
 export function decodeFrameLine(line: Buffer): Frame | string {
@@ -116,6 +164,7 @@ function frameProblem(f: unknown): string | null {
       Array.isArray(parts) &&
       parts.every((p) => typeof p?.source === 'string' && Number.isSafeInteger(p.rows) && (p.rows as number) > 0 && Number.isSafeInteger(p.bytes));
     if (!ok) return 'not a spool frame (v2 parts)';
+    if ('batch' in frame && checkBatchMark((frame as { batch?: unknown }).batch)) return 'not a spool frame (v2 batch mark)';
     const total = parts.reduce((n, p) => n + (p.bytes as number), 0);
     return total === frame.payload.byteLength ? null : `its columns hold ${frame.payload.byteLength} bytes, its parts say ${total}`;
   }

@@ -42,8 +42,8 @@ export interface Manifest {
   /** Inclusive seq ranges removed before every sink exported them (hard cap): gap accounting. */
   forcedPrunes: [string, string][];
   /**
-   * Rows ever committed to the partition, minus duplicates compaction folded:
-   * for every sink, exported rows + its gap rows + rows still pending = this.
+   * Rows ever committed to the partition (compaction keeps every row): for
+   * every sink, exported rows + its gap rows + rows still pending = this.
    */
   committedRows?: number;
 }

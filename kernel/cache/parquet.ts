@@ -9,6 +9,7 @@ import { type RecordBatch, type Table, tableFromIPC, tableToIPC } from 'apache-a
 import * as pw from 'parquet-wasm/node';
 import type { ReadCounters } from '../../types/storage.js';
 import { HypsinkError } from '../../types/errors.js';
+import { readFaulted } from '../fault.js';
 import { ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 
 /**
@@ -47,6 +48,101 @@ export interface ExpectedFile {
   readonly rowGroups: readonly { readonly rows: number; readonly minSeq: string | null; readonly maxSeq: string | null }[];
 }
 
+/** Reads in flight in parquet-wasm's async reader, for `onUncaught`. */
+const inFlight = new Set<ByteReads>();
+/** Files whose read trapped or failed: their wasm tasks are left waiting, and may trap again later. */
+let leftBroken = 0;
+
+/**
+ * parquet-wasm's async reader panics on damaged pages and on a rejected byte
+ * read: a wasm trap thrown in a promise callback no one holds, so it surfaces
+ * only as an uncaught exception (which would end the process). While reads
+ * are in flight, a trap fails them (it cannot say whose it was; the others are
+ * retried). Heard only while reads are in flight; any other uncaught error is
+ * thrown on as Node would.
+ */
+function onUncaught(e: unknown): void {
+  if (e instanceof WebAssembly.RuntimeError && (inFlight.size > 0 || leftBroken > 0)) {
+    // With nothing in flight, it is the rest of a broken file's read, already reported.
+    for (const r of inFlight) r.trap(e);
+    return;
+  }
+  // Not ours: end the process as Node would have, with no listener of ours in the way.
+  process.off('uncaughtException', onUncaught);
+  process.nextTick(() => {
+    throw e;
+  });
+}
+
+function hearTraps(): void {
+  if (process.listeners('uncaughtException').includes(onUncaught)) return;
+  process.on('uncaughtException', onUncaught);
+}
+
+/**
+ * The byte reads of one data file. A read that fails (EIO, a file cut behind
+ * the blob's back) or a decoder trap must fail the read that asked, and nothing
+ * else: the rejection never reaches parquet-wasm (it would trap), the failure is
+ * kept here, the wasm read is left waiting forever (its file is never freed),
+ * and every read of the file races against the failure.
+ */
+class ByteReads {
+  private failed: ((e: unknown) => void) | undefined;
+  /** Rejects with the first failed read. */
+  readonly failure = new Promise<never>((_, reject) => {
+    this.failed = reject;
+  });
+  broken = false;
+
+  constructor(readonly path: string, private readonly eio: boolean) {
+    this.failure.catch(() => undefined); // raced against each read; never unhandled
+  }
+
+  /** What parquet-wasm gets for a slice: its bytes, or a promise that never settles once the read failed. */
+  wrap(part: Blob, start: number, size: number): Blob {
+    // HYPSINK_FAULT_READ: the footer (at the end) reads fine, data pages in the first half fail.
+    const fail = this.eio && start < size / 2;
+    const read = () =>
+      (fail ? Promise.reject(Object.assign(new Error(`EIO: i/o error, read '${this.path}'`), { code: 'EIO' })) : part.arrayBuffer()).catch((e: unknown) => {
+        this.trap(e);
+        return new Promise<ArrayBuffer>(() => undefined);
+      });
+    return new Proxy(part, {
+      get(target, prop) {
+        if (prop === 'arrayBuffer') return read;
+        const v = Reflect.get(target, prop);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+  }
+
+  /** A byte read failed, or the decoder trapped while this file was being read. */
+  trap(e: unknown): void {
+    if (!this.broken) leftBroken++;
+    this.broken = true;
+    this.failed?.(e);
+  }
+
+  /** `work`, unless a byte read fails or the decoder traps first: then an error naming the file. */
+  async race<T>(work: Promise<T>, what: string): Promise<T> {
+    hearTraps();
+    inFlight.add(this);
+    try {
+      return await Promise.race([work, this.failure]);
+    } catch (e) {
+      if (!this.broken) throw e;
+      const why =
+        e instanceof WebAssembly.RuntimeError
+          ? `the Parquet decoder stopped on it (${e.message}): damaged pages`
+          : `the file cannot be read (${(e as NodeJS.ErrnoException)?.code ?? (e as Error)?.message ?? String(e)})`;
+      throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${this.path}: ${what} failed: ${why}`, { cause: e });
+    } finally {
+      inFlight.delete(this);
+      if (inFlight.size === 0 && leftBroken === 0) process.off('uncaughtException', onUncaught);
+    }
+  }
+}
+
 /** An open data file; free it when done (wasm memory is not garbage-collected). */
 export class ParquetReader {
   private expect: ExpectedFile | undefined;
@@ -57,6 +153,7 @@ export class ParquetReader {
   private constructor(
     readonly path: string,
     private readonly file: pw.ParquetFile,
+    private readonly bytes: ByteReads,
   ) {
     this.columns = new Set(tableFromIPC(file.schema().intoIPCStream()).schema.fields.map((f) => f.name));
   }
@@ -69,6 +166,7 @@ export class ParquetReader {
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} listed in the manifest cannot be opened: ${(e as Error).message}`, { cause: e });
     }
     counters.filesOpened += 1;
+    const bytes = new ByteReads(path, readFaulted(path));
     const counting = new Proxy(blob, {
       get(target, prop) {
         if (prop === 'slice') {
@@ -76,7 +174,7 @@ export class ParquetReader {
             const s = start ?? 0;
             const e = end ?? target.size;
             counters.bytesRead += Math.max(0, e - s);
-            return target.slice(start, end, type);
+            return bytes.wrap(target.slice(start, end, type), s, target.size);
           };
         }
         const v = Reflect.get(target, prop);
@@ -85,8 +183,9 @@ export class ParquetReader {
     });
     let reader: ParquetReader;
     try {
-      reader = new ParquetReader(path, await pw.ParquetFile.fromFile(counting));
+      reader = new ParquetReader(path, await bytes.race(pw.ParquetFile.fromFile(counting), 'reading its footer'), bytes);
     } catch (e) {
+      if (e instanceof HypsinkError) throw e;
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} is not a readable Parquet file (${String(e)})`, { cause: e });
     }
     if (expect) {
@@ -145,9 +244,10 @@ export class ParquetReader {
     // Nothing requested exists: read one column anyway, for the row count.
     if (wanted && wanted.length === 0) wanted = [...this.columns].slice(0, 1);
     try {
-      const wasmTable = await this.file.read({ rowGroups: [index], ...(wanted ? { columns: wanted } : {}) });
+      const wasmTable = await this.bytes.race(this.file.read({ rowGroups: [index], concurrency: 1, ...(wanted ? { columns: wanted } : {}) }), `reading row group ${index}`);
       batches = tableFromIPC(wasmTable.intoIPCStream()).batches;
     } catch (e) {
+      if (e instanceof HypsinkError) throw e;
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${this.path}: row group ${index} cannot be decoded (${String(e)})`, { cause: e });
     }
     this.checkSeqs(index, batches, wanted === undefined || wanted.includes(SEQ_COLUMN));
@@ -175,6 +275,7 @@ export class ParquetReader {
   }
 
   close(): void {
-    this.file.free();
+    // A read that failed left a wasm task waiting on this file: freeing it under that task is unsafe.
+    if (!this.bytes.broken) this.file.free();
   }
 }

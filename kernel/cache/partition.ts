@@ -9,7 +9,7 @@ import { HypsinkError } from '../../types/errors.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { fault } from '../fault.js';
 import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
-import { generationDir, retireGeneration, takeLease } from './generations.js';
+import { generationDir, retireGeneration, TRASH_PREFIX, takeLease } from './generations.js';
 import { type Cursor, checkCursor, emptyManifest, type Manifest, readManifest, writeManifest } from './manifest.js';
 import { encodeSegment } from './segments.js';
 
@@ -17,6 +17,11 @@ export function partitionRef(dataset: string, source: string): PartitionRef {
   const ds = encodeSegment(dataset);
   const src = encodeSegment(source);
   return { dataset, source, path: `datasets/${ds}/source=${src}`, key: `${ds}/source=${src}` };
+}
+
+/** The writer lock, as a commit point sees it: throws once the lock is no longer provably held. */
+export interface CommitGuard {
+  assertHeld(what: string): Promise<void>;
 }
 
 export interface Snapshot {
@@ -32,6 +37,8 @@ export class PartitionStore {
   constructor(
     readonly root: string,
     readonly ref: PartitionRef,
+    /** For a writer: proves the cache's writer lock is still ours right before a commit point. */
+    readonly writer?: CommitGuard,
   ) {
     this.dir = join(root, ref.path);
   }
@@ -117,6 +124,7 @@ export class PartitionStore {
   async swapTo(generation: number, before: 'compact' | 'retention'): Promise<void> {
     const old = (await this.readCursor())?.generation;
     fault(before === 'compact' ? 'compact.beforeCursorSwap' : 'retention.afterNewGeneration');
+    await this.writer?.assertHeld(`swapping ${this.cursorPath} to generation ${generation}`);
     await writeJsonAtomic(this.cursorPath, { v: 1, generation } satisfies Cursor);
     fault(before === 'compact' ? 'compact.afterCursorSwap' : 'retention.afterCursorSwap');
     if (old !== undefined && old !== generation) await retireGeneration(generationDir(this.dir, old));
@@ -124,12 +132,17 @@ export class PartitionStore {
 
   /**
    * Remove what a crash left: generations above the cursor (a rewrite that never
-   * swapped in) and below it (retired but still present once their readers left).
+   * swapped in), below it (retired but still present once their readers left),
+   * and generations a deleter moved aside but did not finish removing.
    */
   async sweep(): Promise<void> {
     const cur = await this.readCursor();
     if (!cur) return;
     for (const name of await fsp.readdir(this.dir)) {
+      if (name.startsWith(TRASH_PREFIX)) {
+        await fsp.rm(join(this.dir, name), { recursive: true, force: true });
+        continue;
+      }
       const m = /^table-(\d+)$/.exec(name);
       if (!m) continue;
       const n = Number(m[1]);

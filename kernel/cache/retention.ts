@@ -1,10 +1,12 @@
 /**
  * Retention: prune the oldest rows of a partition — rows whose timestamp is
  * older than `maxAgeMs`, or the oldest by seq beyond `maxRows` — but only rows
- * every sink has exported (ack-coupled), unless `hardMaxRows` forces more. A
- * forced prune of rows some sink has not exported is recorded as seq ranges so
- * each sink can count the gap it meets; it is never silent.
+ * every sink has exported (ack-coupled), unless `hardMaxRows` forces more or
+ * `ackCoupled` is off. Any prune of rows some sink has not exported is recorded
+ * as seq ranges so each sink can count the gap it meets; it is never silent.
+ * Rows of units in flight are never pruned.
  * @ref LLP 0006: ack-coupled retention and gaps
+ * @ref LLP 0019: gaps are counted against every watermark on disk
  */
 import { type RecordBatch, Table } from 'apache-arrow';
 import type { DatasetSchema } from '../../types/schema.js';
@@ -23,10 +25,16 @@ export interface RetentionPolicy {
   readonly maxRows?: number;
   /** Hard cap: past it rows go even if a sink has not exported them (a gap). */
   readonly hardMaxRows?: number;
+  /**
+   * Default true: keep rows a sink has not exported. Off, the age and row rules
+   * prune them too, and they are counted as that sink's gap all the same.
+   */
+  readonly ackCoupled?: boolean;
   readonly now?: number;
   /**
-   * The lowest watermark seq over the sinks that export this partition's dataset
-   * (-1 when one has exported nothing); undefined when no sink exports it.
+   * The lowest watermark seq over the sinks that hold this partition's dataset
+   * (-1 when one has exported nothing); undefined when no sink holds it. Rows
+   * above it are some sink's: pruning them is a gap, recorded.
    */
   readonly ackFloor?: (p: PartitionRef) => Promise<bigint | undefined>;
   /**
@@ -102,16 +110,17 @@ export async function retainPartition(
   const gdir = store.manifestPath(generation).replace(/\/manifest\.json$/, '');
   const cols = await Promise.all(manifest.files.map((f) => readCols(gdir, f, schema)));
 
-  // Pass 1: what retention may prune on its own (old, and exported by every sink).
-  const prune = cols.map((c) => new Uint8Array(c.seqs.length)); // 0 keep, 1 pruned, 2 forced
+  // Pass 1: what retention may prune on its own (old, and exported by every sink unless not ack-coupled).
+  const coupled = policy.ackCoupled ?? true;
+  const prune = cols.map((c) => new Uint8Array(c.seqs.length)); // 0 keep, 1 pruned
   let rank = 0;
   let normal = 0;
   cols.forEach((c, fi) => {
     for (let i = 0; i < c.seqs.length; i++, rank++) {
       const ts = c.ts[i];
       const old = rank < capCut || (cutoff !== null && ts !== null && ts !== undefined && ts < cutoff);
-      const acked = floor === undefined || c.seqs[i]! <= floor;
-      if (old && acked) {
+      const acked = !coupled || floor === undefined || c.seqs[i]! <= floor;
+      if (old && acked && !isHeld(c.seqs[i]!)) {
         prune[fi]![i] = 1;
         normal++;
       }
@@ -119,24 +128,28 @@ export async function retainPartition(
   });
   // Pass 2: the hard cap takes the oldest remaining rows, exported or not.
   let extra = policy.hardMaxRows !== undefined ? Math.max(0, total - normal - policy.hardMaxRows) : 0;
-  let forced = 0;
-  const forcedRanges: [bigint, bigint][] = [];
   for (let fi = 0; fi < cols.length && extra > 0; fi++) {
     const c = cols[fi]!;
     for (let i = 0; i < c.seqs.length && extra > 0; i++) {
       if (prune[fi]![i] || isHeld(c.seqs[i]!)) continue;
-      prune[fi]![i] = 2;
+      prune[fi]![i] = 1;
       extra--;
-      const s = c.seqs[i]!;
-      if (floor !== undefined && s > floor) {
-        forced++;
-        const last = forcedRanges[forcedRanges.length - 1];
-        // A range holds consecutive seqs only, so a sink can count any part of it exactly.
-        if (last && last[1] + 1n === s) last[1] = s;
-        else forcedRanges.push([s, s]);
-      }
     }
   }
+  // Every pruned row some sink had not exported is that sink's gap: recorded, never silent.
+  let forced = 0;
+  const forcedRanges: [bigint, bigint][] = [];
+  cols.forEach((c, fi) => {
+    for (let i = 0; i < c.seqs.length; i++) {
+      const s = c.seqs[i]!;
+      if (!prune[fi]![i] || floor === undefined || s <= floor) continue;
+      forced++;
+      const last = forcedRanges[forcedRanges.length - 1];
+      // A range holds consecutive seqs only, so a sink can count any part of it exactly.
+      if (last && last[1] + 1n === s) last[1] = s;
+      else forcedRanges.push([s, s]);
+    }
+  });
   const prunedRows = prune.reduce((n, m) => n + m.reduce((a, x) => a + (x ? 1 : 0), 0), 0);
   if (prunedRows === 0) return none;
 

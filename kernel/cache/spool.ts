@@ -14,7 +14,7 @@ import { fault } from '../fault.js';
 import { fsyncDir, readJsonFile, syncFile, writeJsonAtomic } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
-import { decodeFrameLine, type Frame } from './frames.js';
+import { type BatchMark, checkBatchMark, decodeFrameLine, type Frame, frameHeader } from './frames.js';
 import { encodeSegment } from './segments.js';
 
 export interface SpoolRef {
@@ -28,6 +28,23 @@ export interface SealedSegment {
 }
 
 const SEG = /^seg-(\d+)\.ndjson$/;
+
+interface SpoolMeta {
+  v: 1;
+  nextSegment: number;
+  /** The batch mark of the last frame sealed: how far the batch is durable, whatever was flushed since. */
+  progress?: BatchMark;
+}
+
+function checkMeta(v: unknown): string | null {
+  const m = v as SpoolMeta;
+  if (!Number.isInteger(m?.nextSegment)) return 'expected {"nextSegment":<n>}';
+  return m.progress === undefined ? null : checkBatchMark(m.progress);
+}
+
+/** The further of two marks (an end mark is as far as a batch goes). */
+const further = (a: BatchMark | null, b: BatchMark | null | undefined): BatchMark | null =>
+  !b ? a : !a || b.end || (!a.end && b.lines > a.lines) ? b : a;
 
 export class Spool {
   readonly dir: string;
@@ -76,39 +93,91 @@ export class Spool {
     }));
   }
 
-  /** Seal the current file (if it has frames) and list sealed segments in order. */
-  async seal(): Promise<SealedSegment[]> {
+  /**
+   * Seal the current file (if it has frames) and list sealed segments in order.
+   * With `skipBusy`, null at once when another process holds the spool (an
+   * ingest writing it, which flushes it itself).
+   */
+  seal(skipBusy?: false): Promise<SealedSegment[]>;
+  seal(skipBusy: boolean): Promise<SealedSegment[] | null>;
+  async seal(skipBusy = false): Promise<SealedSegment[] | null> {
     try {
       await fsp.access(this.dir);
     } catch {
       return [];
     }
-    return this.serial.run('', () =>
-      this.lock.with('seal', async () => {
-        await this.sealLocked();
-        return this.sealed();
-      }),
-    );
+    const work = async () => {
+      await this.sealLocked();
+      return this.sealed();
+    };
+    return this.serial.run('', async () => {
+      if (!skipBusy) return this.lock.with('seal', work);
+      const r = await this.lock.tryWith('seal', work);
+      return r.ran ? r.value : null;
+    });
+  }
+
+  private get metaPath(): string {
+    return join(this.dir, 'meta.json');
+  }
+
+  private readMeta(): Promise<SpoolMeta | undefined> {
+    return readJsonFile<SpoolMeta>(this.metaPath, checkMeta, 'spool meta');
   }
 
   private async sealLocked(): Promise<SealedSegment | null> {
     const size = await cutTornTail(this.currentPath);
     if (size === 0) return null;
-    const metaPath = join(this.dir, 'meta.json');
-    const meta = await readJsonFile<{ v: 1; nextSegment: number }>(
-      metaPath,
-      (v) => (Number.isInteger((v as { nextSegment?: unknown })?.nextSegment) ? null : 'expected {"nextSegment":<n>}'),
-      'spool meta',
-    );
+    const meta = await this.readMeta();
     // Never reuse a number, even past the highest segment on disk: manifests remember them.
     const onDisk = (await this.sealed()).map((s) => s.n);
     const n = Math.max(meta?.nextSegment ?? 0, ...onDisk.map((x) => x + 1));
-    await writeJsonAtomic(metaPath, { v: 1, nextSegment: n + 1 });
+    // The batch's progress outlives the segment (deleted once flushed): it rides in the meta.
+    const progress = further(meta?.progress ?? null, await lastMark(this.currentPath, size));
+    await writeJsonAtomic(this.metaPath, { v: 1, nextSegment: n + 1, ...(progress ? { progress } : {}) } satisfies SpoolMeta);
     const path = join(this.dir, `seg-${n}.ndjson`);
     await fsp.rename(this.currentPath, path);
     await fsyncDir(this.dir);
     fault('spool.afterSeal');
     return { n, path };
+  }
+
+  /**
+   * How far this spool's batch is durable: the furthest batch mark of its sealed
+   * frames (kept in the meta) and of the frames in its current file. Caller
+   * holds the spool's lock, so no seal moves frames meanwhile.
+   */
+  async progress(): Promise<BatchMark | null> {
+    let mark = (await this.readMeta())?.progress ?? null;
+    let bytes: Buffer;
+    try {
+      bytes = await fsp.readFile(this.currentPath);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return mark;
+      throw e;
+    }
+    for (let start = 0; start < bytes.length; ) {
+      const end = bytes.indexOf(0x0a, start);
+      if (end < 0) break; // a torn tail was never acknowledged
+      mark = further(mark, frameHeader(bytes.subarray(start, end))?.batch);
+      start = end + 1;
+    }
+    return mark;
+  }
+
+  /** Frames wait in the current file (sealed or not, they are not yet flushed). */
+  async hasCurrent(): Promise<boolean> {
+    try {
+      return (await fsp.stat(this.currentPath)).size > 0;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw e;
+    }
+  }
+
+  /** The spool's lock, for a caller that must hold it across several steps (a batch's ingest). */
+  get processLock(): ProcessLock {
+    return this.lock;
   }
 
   async sealed(): Promise<SealedSegment[]> {
@@ -124,6 +193,31 @@ export class Spool {
         return m ? [{ n: Number(m[1]), path: join(this.dir, name) }] : [];
       })
       .sort((a, b) => a.n - b.n);
+  }
+}
+
+/** The batch mark in the header of the last frame of a file whose size is `size` (it ends in a newline). */
+async function lastMark(path: string, size: number): Promise<BatchMark | null> {
+  const fh = await fsp.open(path, 'r');
+  try {
+    // Back from the end for the newline before the last frame, a chunk at a time.
+    let start = 0;
+    for (let end = size - 1; end > 0; ) {
+      const from = Math.max(0, end - (1 << 16));
+      const buf = Buffer.alloc(end - from);
+      await fh.read(buf, 0, buf.length, from);
+      const nl = buf.lastIndexOf(0x0a);
+      if (nl >= 0) {
+        start = from + nl + 1;
+        break;
+      }
+      end = from;
+    }
+    const line = Buffer.alloc(size - 1 - start);
+    await fh.read(line, 0, line.length, start);
+    return frameHeader(line)?.batch ?? null;
+  } finally {
+    await fh.close();
   }
 }
 

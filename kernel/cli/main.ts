@@ -10,13 +10,13 @@ import { Command } from 'commander';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import { loadConfig } from '../config/load.js';
 import { Daemon } from '../daemon.js';
-import { ingestNdjson, rejectedError } from '../ingest.js';
+import { IngestError, ingestNdjson, rejectedError } from '../ingest.js';
 import { createLogger, maskSecrets } from '../log.js';
 import { createMetrics, serveMetrics } from '../metrics.js';
 import { Hypsink } from '../runtime.js';
 import { runDemo } from './demo.js';
 import { writeStarter } from './init.js';
-import { exportTable, statusTable } from './render.js';
+import { exportTable, forgetText, statusTable } from './render.js';
 
 interface Out {
   out(s: string): void;
@@ -86,9 +86,10 @@ export function buildProgram(io: Out = stdio): Command {
     .description('NDJSON rows → spool → flush; bad rows go to the dead letter (exit 2)')
     .requiredOption('--source <source>', 'the partition value (e.g. host or app name)')
     .option('--file <file>', 'NDJSON file, or - for standard input', '-')
+    .option('--batch-id <id>', 'name this batch of rows: a retry with the same id never adds a row twice')
     .option('--config <file>', 'config file')
     .option('--json', 'print the result as JSON')
-    .action(async (dataset: string, o: { source: string; file: string; json?: boolean }, cmd: Command) => {
+    .action(async (dataset: string, o: { source: string; file: string; batchId?: string; json?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
         k.cache.schema(dataset); // an unknown dataset fails before any input is opened
         const input = o.file === '-' ? process.stdin : await openInput(o.file);
@@ -99,17 +100,27 @@ export function buildProgram(io: Out = stdio): Command {
         let r: Awaited<ReturnType<typeof ingestNdjson>>;
         try {
           r = await ingestNdjson(k, dataset, o.source, input, label, {
+            batchId: o.batchId,
             onProgress: (lines) => {
               bar?.setTotal(Math.max(1, lines));
               bar?.update(lines);
             },
           });
+        } catch (e) {
+          // Exit 0 says every valid row is durable: spooled whole, it commits with the next flush.
+          if (!(e instanceof IngestError && e.durable === 'all' && e.retryable)) throw e;
+          io.err(maskSecrets(`hypsink: warning: ${e.code}: ${e.message}`));
+          r = e.result;
         } finally {
           bar?.stop();
         }
         if (o.json) io.out(JSON.stringify(r));
-        else io.out(`ingested ${r.accepted} row(s) into ${dataset}/source=${o.source}${r.rejected ? `, rejected ${r.rejected}` : ''}`);
-        if (r.rejected > 0) throw rejectedError(r, dataset, label);
+        else if (r.duplicate) io.out(`batch ${r.batchId} was ingested before (${r.accepted} row(s)): acknowledged again, nothing added`);
+        else {
+          const resumed = r.resumedAfterLine > 0 ? `, resumed after line ${r.resumedAfterLine}` : '';
+          io.out(`ingested ${r.accepted} row(s) into ${dataset}/source=${o.source}${r.rejected ? `, rejected ${r.rejected}` : ''} (batch ${r.batchId}${resumed})`);
+        }
+        if (r.rejected > 0 && !r.duplicate) throw rejectedError(r, dataset, label);
       });
     });
 
@@ -223,6 +234,31 @@ export function buildProgram(io: Out = stdio): Command {
     });
 
   program
+    .command('forget <sink>')
+    .description("drop a sink's watermarks (all, or one dataset's): retention may then prune the rows it holds back")
+    .option('--dataset <dataset>', 'only this dataset')
+    .option('--yes', 'drop them (without it, only say what would be dropped)')
+    .option('--config <file>', 'config file')
+    .action(async (name: string, o: { dataset?: string; yes?: boolean }, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        const plan = await k.forgetPlan(name, o.dataset);
+        io.out(forgetText(plan, o.yes ?? false));
+        if (o.yes) await k.forget(plan);
+      });
+    });
+
+  program
+    .command('accept-destination <sink>')
+    .description("the sink's data was moved to the destination its config names now: its watermarks go on there")
+    .option('--config <file>', 'config file')
+    .action(async (name: string, _o: unknown, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        const { from, to } = await k.acceptDestination(name);
+        io.out(`sink "${name}": its watermarks now belong to ${to}${from ? ` (they belonged to ${from})` : ''}`);
+      });
+    });
+
+  program
     .command('status')
     .description('per sink × partition: watermark, pending, exported, intent, gaps, last error')
     .option('--json', 'print as JSON')
@@ -250,12 +286,16 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--token <token>', 'require this bearer token')
     .option('--max-inflight <n>', 'answer 503 past this many requests in flight', (v) => Number(v))
     .option('--rate <n>', 'answer 429 past this many requests per second', (v) => Number(v))
-    .action(async (o: { port: number; data: string; token?: string; maxInflight?: number; rate?: number }) => {
+    .option('--max-body-bytes <n>', 'answer 413 to bodies larger than this (default 16 MiB)', (v) => Number(v))
+    .action(async (o: { port: number; data: string; token?: string; maxInflight?: number; rate?: number; maxBodyBytes?: number }) => {
       const { startReceiver } = await import('../../fixtures/receiver/server.js');
       const log = createLogger();
       // Without --token, HYPSINK_TOKEN is the token: argv is visible to every local user.
       const token = o.token ?? (process.env.HYPSINK_TOKEN || undefined);
-      const r = await startReceiver({ port: o.port, dataDir: resolve(o.data), token, maxInflight: o.maxInflight, rate: o.rate, log });
+      if (o.maxBodyBytes !== undefined && !(Number.isSafeInteger(o.maxBodyBytes) && o.maxBodyBytes > 0)) {
+        throw new HypsinkError('HYPSINK_ERR_INPUT', `--max-body-bytes must be a positive whole number of bytes, not ${o.maxBodyBytes}`);
+      }
+      const r = await startReceiver({ port: o.port, dataDir: resolve(o.data), token, maxInflight: o.maxInflight, rate: o.rate, maxBodyBytes: o.maxBodyBytes, log });
       io.out(`receiver listening on ${r.url} (data in ${resolve(o.data)})`);
       await new Promise<void>((done) => {
         const stop = () => void r.close().then(done);

@@ -1,7 +1,7 @@
 /** Human output: the status table and export summaries. */
 import Table from 'cli-table3';
 import type { TickReport } from '../sinks/driver.js';
-import type { StatusReport } from '../runtime.js';
+import type { ForgetPlan, StatusReport } from '../runtime.js';
 
 export function statusTable(s: StatusReport): string {
   const t = new Table({
@@ -25,7 +25,30 @@ export function statusTable(s: StatusReport): string {
       ]);
     }
   }
-  return t.toString();
+  const notes = s.absent.map((a) => {
+    const held = a.partitions.reduce((n, p) => n + p.pendingRows, 0);
+    const what = a.configured ? `sink "${a.name}" no longer exports ${a.datasets.join(', ')}` : `sink "${a.name}" is not in this config`;
+    return `${what}, but its watermarks hold ${held} row(s) back from retention; run "hypsink forget ${a.name}${a.configured ? ` --dataset <d>` : ''}" to see what forgetting it drops`;
+  });
+  return [t.toString(), ...notes].join('\n');
+}
+
+/** What `hypsink forget` drops, said before (or as) it drops it. */
+export function forgetText(plan: ForgetPlan, doing: boolean): string {
+  const scope = plan.dataset === null ? `sink "${plan.sink}"` : `sink "${plan.sink}", dataset "${plan.dataset}"`;
+  const lines = [`${doing ? 'forgetting' : 'forgetting would drop'} the watermarks of ${scope}:`];
+  if (plan.partitions.length === 0) lines.push('  (no partitions)');
+  for (const p of plan.partitions) {
+    const intent = p.intent ? `; a unit in flight (${p.intent.since ?? 'start'}, ${p.intent.until}] is abandoned` : '';
+    lines.push(`  ${p.dataset}/source=${p.source}: exported ${p.exportedRows}, ${p.pendingRows} row(s) it has not exported${intent}`);
+  }
+  lines.push(
+    plan.configured
+      ? `The sink is still configured: its next export starts again from the oldest row in the cache, to a new destination. Its current destination keeps what it delivered, so exporting there again is refused (until "hypsink accept-destination ${plan.sink}", once it was emptied).`
+      : 'Retention may then prune the rows it held back; they are not counted as its gap (its state is gone).',
+  );
+  if (!doing) lines.push(`Run again with --yes to drop them.`);
+  return lines.join('\n');
 }
 
 export function exportTable(reports: readonly TickReport[]): string {

@@ -42,10 +42,36 @@ export function interpolate(value: unknown, where: string, env: NodeJS.ProcessEn
   return value;
 }
 
-/** Interpolate a whole config; an error names the file, then the key path. */
+/** The `${NAME}` references in `value` whose variable is not set. */
+export function unsetVariables(value: unknown, env: NodeJS.ProcessEnv = process.env): string[] {
+  if (typeof value === 'string') return [...value.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((m) => m[1]!).filter((k) => env[k] === undefined);
+  if (Array.isArray(value)) return value.flatMap((v) => unsetVariables(v, env));
+  if (value && typeof value === 'object') return Object.entries(value).flatMap(([k, v]) => (k === '//' ? [] : unsetVariables(v, env)));
+  return [];
+}
+
+/**
+ * Interpolate a config; an error names the file, then the key path. A sink's
+ * `config` and `writerConfig` are left as written: they are resolved when that
+ * sink is built (sinks/build.ts), so recording rows never needs an exporter's
+ * credentials.
+ */
 function interpolateConfig(raw: unknown, where: string): unknown {
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
-  return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, k === '//' ? v : interpolate(v, `${where}: ${k}`)]));
+  return Object.fromEntries(
+    Object.entries(raw).map(([k, v]) => {
+      if (k === '//') return [k, v];
+      if (k !== 'sinks' || !v || typeof v !== 'object' || Array.isArray(v)) return [k, interpolate(v, `${where}: ${k}`)];
+      const sinks = Object.entries(v).map(([name, sink]) => {
+        if (!sink || typeof sink !== 'object' || Array.isArray(sink)) return [name, interpolate(sink, `${where}: sinks.${name}`)];
+        const fields = Object.entries(sink).map(([f, x]) =>
+          f === 'config' || f === 'writerConfig' || f === '//' ? [f, x] : [f, interpolate(x, `${where}: sink "${name}": ${f}`)],
+        );
+        return [name, Object.fromEntries(fields)];
+      });
+      return [k, Object.fromEntries(sinks)];
+    }),
+  );
 }
 
 function describePath(path: readonly PropertyKey[]): string {

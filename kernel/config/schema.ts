@@ -104,10 +104,14 @@ export const configSchema = z.object({
           ackCoupled: z.boolean().default(true),
         })
         .optional(),
-      /** `maintain --compact` and scheduled maintenance compact partitions with at least minFiles data files. */
-      compaction: z.object({ minFiles: z.number().int().min(2).default(8) }).default({ minFiles: 8 }),
+      /**
+       * Scheduled maintenance and `maintain --compact` compact partitions with at least
+       * minFiles data files; without this section `maintain --compact` takes 2 and the
+       * schedule 8.
+       */
+      compaction: z.object({ minFiles: z.number().int().min(2).default(8) }).optional(),
     })
-    .default({ compaction: { minFiles: 8 } }),
+    .default({}),
   driver: z
     .looseObject({
       concurrency: z.number().int().positive().default(4),

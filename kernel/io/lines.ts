@@ -80,9 +80,12 @@ export class LineBlocks {
   private size = 0;
   /** The part holding the last newline seen, or -1: found per chunk, so a line of any length costs no rescans. */
   private lastNl = -1;
-  private lines = 0;
 
-  constructor(private readonly minBytes: number) {}
+  /** `lines`: lines before the first byte pushed (a resumed input starts past some). */
+  constructor(
+    private readonly minBytes: number,
+    private lines = 0,
+  ) {}
 
   push(bytes: Uint8Array): LineBlock[] {
     this.parts.push(bytes);

@@ -13,10 +13,16 @@
  * no claim of a live process (other than ours) on this host is abandoned. Two
  * contenders each claim before they look, so at most one of them sees no other
  * live claim and removes the dead lock. Claims from other hosts count as alive.
+ *
+ * A holder whose event loop is blocked past `staleMs` stops refreshing the lock,
+ * and another process may take it as stale (remove the lock dir, make its own).
+ * `assertHeld` is how a holder notices before a commit point: the lock dir must
+ * still be the one it made (device, inode and birth time; ext4 hands a new dir
+ * the freed inode at once), the holder record its own, and the lock fresh.
  * @ref LLP 0001 (one writer per cache; why the allocator reloads on acquire)
  */
 import { randomBytes } from 'node:crypto';
-import { promises as fsp } from 'node:fs';
+import { type BigIntStats, promises as fsp } from 'node:fs';
 import { hostname } from 'node:os';
 import lockfile from 'proper-lockfile';
 import { HypsinkError } from '../../types/errors.js';
@@ -35,13 +41,28 @@ interface Holder {
   host: string;
   op: string;
   since: string;
+  /** Per take: tells our record from a later holder's. */
+  token?: string;
 }
+
+/** One take of the lock: what identifies the lock dir we made, and what proper-lockfile told us since. */
+interface Held {
+  readonly release: () => Promise<void>;
+  readonly dev: bigint;
+  readonly ino: bigint;
+  readonly birthtimeNs: bigint;
+  readonly token: string;
+  /** Filled by proper-lockfile's onCompromised for this take only. */
+  readonly reports: { compromised?: Error };
+}
+
+/** proper-lockfile's own floor for `stale`. */
+const MIN_STALE_MS = 2000;
 
 export class ProcessLock {
   private refs = 0;
-  private release: (() => Promise<void>) | undefined;
+  private held: Held | undefined;
   private acquiring: Promise<void> | undefined;
-  private compromised: Error | undefined;
   private claim: string | undefined;
 
   /** `target` is an existing directory; the lock lives beside it in `<target>/.lock`. */
@@ -57,6 +78,60 @@ export class ProcessLock {
 
   private get claimsDir(): string {
     return `${this.target}/.lock-claims`;
+  }
+
+  private get lockDir(): string {
+    return `${this.target}/.lock`;
+  }
+
+  private get staleMs(): number {
+    return Math.max(this.opts.staleMs ?? 30_000, MIN_STALE_MS);
+  }
+
+  /**
+   * Throw HYPSINK_ERR_LOCKED unless this process still provably holds the lock;
+   * call it right before a commit point. It does not refresh the lock: a lock
+   * found stale is lost, since any contender may take it from now on.
+   */
+  async assertHeld(what: string): Promise<void> {
+    const held = this.refs > 0 ? this.held : undefined;
+    const lost = held
+      ? (compromisedReason(held) ?? (await this.replaced(held)) ?? (await this.staleness()))
+      : 'this process does not hold it';
+    if (lost !== undefined) {
+      throw new HypsinkError('HYPSINK_ERR_LOCKED', `${this.label}: the lock is not held before ${what}: ${lost}; nothing is committed`);
+    }
+  }
+
+  /** Why the lock dir is no longer the one `held` took (removed, or replaced by another holder's), or undefined. */
+  private async replaced(held: Held): Promise<string | undefined> {
+    let st: BigIntStats;
+    try {
+      st = await fsp.stat(this.lockDir, { bigint: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return 'lost (its lock dir was removed)';
+      throw e;
+    }
+    if (st.dev !== held.dev || st.ino !== held.ino || st.birthtimeNs !== held.birthtimeNs) {
+      return 'lost (its lock dir was replaced: another process took it as stale)';
+    }
+    let holder: Partial<Holder> | undefined;
+    try {
+      holder = JSON.parse(await fsp.readFile(this.holderPath, 'utf8')) as Partial<Holder>;
+    } catch {
+      // Absent or torn: proves nothing either way; the lock dir's identity decides.
+    }
+    if (holder?.token !== undefined && holder.token !== held.token) {
+      return `lost (taken by pid ${holder.pid} on ${holder.host}, ${holder.op})`;
+    }
+    return undefined;
+  }
+
+  /** Why the lock, still ours, may be taken from us any moment now (not refreshed within staleMs), or undefined. */
+  private async staleness(): Promise<string | undefined> {
+    const mtime = (await fsp.stat(this.lockDir)).mtimeMs;
+    const age = Date.now() - mtime;
+    return age > this.staleMs ? `lost (not refreshed for ${Math.round(age)} ms, stale after ${this.staleMs} ms)` : undefined;
   }
 
   /** True when no process but a dead one (on this host) can hold the lock. Removes dead claims. */
@@ -91,13 +166,33 @@ export class ProcessLock {
     }
   }
 
-  private async acquire(op: string): Promise<void> {
+  /**
+   * Run `fn` holding the lock if it can be had now (held here already, free, or
+   * abandoned by a dead holder); `{ ran: false }` at once if a live process
+   * holds it: for work that another process is doing anyway (a flush of a
+   * spool its ingest is writing).
+   */
+  async tryWith<T>(op: string, fn: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false }> {
+    try {
+      await this.acquire(op, 0);
+    } catch (e) {
+      if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED') return { ran: false };
+      throw e;
+    }
+    try {
+      return { ran: true, value: await fn() };
+    } finally {
+      await this.releaseOne();
+    }
+  }
+
+  private async acquire(op: string, waitMs = this.opts.waitMs): Promise<void> {
     while (this.acquiring) await this.acquiring.catch(() => undefined);
     if (this.refs > 0) {
       this.refs += 1;
       return;
     }
-    this.acquiring = this.take(op);
+    this.acquiring = this.take(op, waitMs);
     try {
       await this.acquiring;
       this.refs = 1;
@@ -106,12 +201,12 @@ export class ProcessLock {
     }
   }
 
-  private async take(op: string): Promise<void> {
+  private async take(op: string, waitMs: number): Promise<void> {
     const claim = `${this.claimsDir}/${process.pid},${randomBytes(6).toString('hex')},${encodeURIComponent(hostname())}`;
     await fsp.mkdir(this.claimsDir, { recursive: true });
     await fsp.writeFile(claim, '');
     try {
-      await this.takeClaimed(op, claim);
+      await this.takeClaimed(op, claim, waitMs);
       this.claim = claim;
     } catch (e) {
       await fsp.rm(claim, { force: true });
@@ -119,20 +214,22 @@ export class ProcessLock {
     }
   }
 
-  private async takeClaimed(op: string, claim: string): Promise<void> {
-    const deadline = Date.now() + this.opts.waitMs;
+  private async takeClaimed(op: string, claim: string, waitMs: number): Promise<void> {
+    const deadline = Date.now() + waitMs;
     let delay = 25;
+    let release: () => Promise<void>;
+    // Per take: a late report about an earlier take must not mark this one.
+    const reports: { compromised?: Error } = {};
     for (;;) {
       try {
-        this.compromised = undefined;
-        this.release = await lockfile.lock(this.target, {
-          lockfilePath: `${this.target}/.lock`,
+        release = await lockfile.lock(this.target, {
+          lockfilePath: this.lockDir,
           realpath: false,
           stale: this.opts.staleMs ?? 30_000,
           retries: 0,
           onCompromised: (err) => {
             // Another process took it as stale: our critical section is no longer exclusive.
-            this.compromised = err;
+            reports.compromised ??= err;
           },
         });
         break;
@@ -150,7 +247,14 @@ export class ProcessLock {
         delay = Math.min(delay * 2, 250);
       }
     }
-    const holder: Holder = { pid: process.pid, host: hostname(), op, since: new Date().toISOString() };
+    // Just made (and fresh): nobody can have replaced it yet.
+    const st = await fsp.stat(this.lockDir, { bigint: true }).catch(async (e: Error) => {
+      await release().catch(() => undefined);
+      throw e;
+    });
+    const token = randomBytes(8).toString('hex');
+    this.held = { release, dev: st.dev, ino: st.ino, birthtimeNs: st.birthtimeNs, token, reports };
+    const holder: Holder = { pid: process.pid, host: hostname(), op, since: new Date().toISOString(), token };
     await fsp.writeFile(this.holderPath, JSON.stringify(holder)).catch(() => undefined);
     await this.opts.onAcquire?.();
   }
@@ -172,20 +276,30 @@ export class ProcessLock {
   private async releaseOne(): Promise<void> {
     this.refs -= 1;
     if (this.refs > 0) return;
-    const release = this.release;
+    const held = this.held;
     const claim = this.claim;
-    this.release = undefined;
+    this.held = undefined;
     this.claim = undefined;
-    await fsp.rm(this.holderPath, { force: true });
-    await release?.().catch(() => undefined);
+    // (A stat that fails for another reason than ENOENT: release as before.)
+    const replaced = held ? await this.replaced(held).catch(() => undefined) : undefined;
+    // A lock another process took over is its lock now: its dir and holder record are not ours to remove.
+    if (!replaced) {
+      await fsp.rm(this.holderPath, { force: true });
+      // (A no-op once proper-lockfile has reported the lock compromised.)
+      await held?.release().catch(() => undefined);
+    }
     // Only now: until the lock directory is gone, this claim is what marks its holder alive.
     if (claim) await fsp.rm(claim, { force: true });
-    if (this.compromised) {
-      const err = this.compromised;
-      this.compromised = undefined;
-      throw new HypsinkError('HYPSINK_ERR_LOCKED', `${this.label}: the lock was lost during the operation (${err.message})`);
+    const lost = replaced ?? (held ? compromisedReason(held) : undefined);
+    if (lost !== undefined) {
+      throw new HypsinkError('HYPSINK_ERR_LOCKED', `${this.label}: the lock was lost during the operation: ${lost}`);
     }
   }
+}
+
+function compromisedReason(held: Held): string | undefined {
+  const err = held.reports.compromised;
+  return err ? `lost (${err.message})` : undefined;
 }
 
 function alive(pid: number): boolean {

@@ -12,6 +12,7 @@ import type { PartitionRef } from '../../types/storage.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
 import { type ExportEnv, exportPartition, type PartitionOutcome, type SinkRuntime } from './exporter.js';
+import type { SinkState } from './states.js';
 
 export interface DriverOptions {
   readonly concurrency: number;
@@ -50,7 +51,9 @@ function asHypsinkError(e: unknown, sink: string): HypsinkError {
 
 export class SinkDriver {
   private readonly outbox = new Map<string, OutboxEntry>();
+  /** One lock object per sink state dir in this process (configured or not). */
   private readonly locks = new Map<string, ProcessLock>();
+  /** Ticks (and quiesced work) of one sink state dir in this process, one at a time. */
   private readonly ticks = new KeyedMutex();
   /** Sinks whose credentials were rejected: the daemon skips them until restart. */
   private readonly stopped = new Set<string>();
@@ -60,11 +63,11 @@ export class SinkDriver {
     private readonly opts: DriverOptions,
   ) {}
 
-  private lock(sink: SinkRuntime): ProcessLock {
-    let l = this.locks.get(sink.name);
+  private lock(state: SinkState): ProcessLock {
+    let l = this.locks.get(state.dir);
     if (!l) {
-      l = new ProcessLock(sink.watermarks.stateDir, `sink "${sink.name}" (${sink.watermarks.stateDir})`, { waitMs: this.opts.lockWaitMs });
-      this.locks.set(sink.name, l);
+      l = new ProcessLock(state.dir, `sink "${state.name}" (${state.dir})`, { waitMs: this.opts.lockWaitMs });
+      this.locks.set(state.dir, l);
     }
     return l;
   }
@@ -72,17 +75,18 @@ export class SinkDriver {
   /**
    * Run `fn` while no export of these sinks runs, here or in another process:
    * each sink's tick section and export lock, taken in name order (so two
-   * callers cannot deadlock). A forced prune runs here, so the intents it holds
-   * back are exactly the units that may have been shipped.
+   * callers cannot deadlock). A prune of rows above a watermark runs here, so
+   * the intents it holds back are exactly the units that may have been shipped,
+   * and no unit's planned rows change under it.
    * @ref LLP 0006: ack-coupled retention and gaps
    */
-  async quiesce<T>(sinks: readonly SinkRuntime[], fn: () => Promise<T>): Promise<T> {
-    const sorted = [...sinks].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  async quiesce<T>(states: readonly SinkState[], fn: () => Promise<T>): Promise<T> {
+    const sorted = [...states].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     const hold = async (i: number): Promise<T> => {
-      const sink = sorted[i];
-      if (!sink) return fn();
-      await fsp.mkdir(sink.watermarks.stateDir, { recursive: true });
-      return this.ticks.run(sink.name, () => this.lock(sink).with('retention', () => hold(i + 1)));
+      const state = sorted[i];
+      if (!state) return fn();
+      await fsp.mkdir(state.dir, { recursive: true });
+      return this.ticks.run(state.dir, () => this.lock(state).with('retention', () => hold(i + 1)));
     };
     return hold(0);
   }
@@ -92,16 +96,27 @@ export class SinkDriver {
    * partitions now; the daemon leaves them until their backoff has passed.
    */
   async tick(sink: SinkRuntime, respectBackoff: boolean, onPartition?: (r: PartitionReport) => void): Promise<TickReport> {
-    await fsp.mkdir(sink.watermarks.stateDir, { recursive: true });
+    await fsp.mkdir(sink.state.dir, { recursive: true });
     // The cross-process lock is shared within a process, so ticks of one sink in this
     // process (the daemon's first tick and a cron fire) are kept apart here.
-    return this.ticks.run(sink.name, () => this.lock(sink).with('export', async () => {
+    return this.ticks.run(sink.state.dir, () => this.lock(sink.state).with('export', async () => {
       const startedAt = new Date();
       await this.env.hooks.tickStart.promise({ sink: sink.name, startedAt });
       const partitions: PartitionRef[] = [];
       for (const ds of sink.datasets) partitions.push(...(await this.env.cache.listPartitions(ds)));
+      // The watermarks must belong to the destination the config names now (LLP 0022).
+      let refused: unknown;
+      try {
+        await sink.state.admit(sink.destination, sink.datasets, `sink "${sink.name}"`);
+      } catch (e) {
+        refused = e;
+      }
       const limit = pLimit(this.opts.concurrency);
-      const reports = await Promise.all(partitions.map((p) => limit(() => this.one(sink, p, respectBackoff))));
+      const lock = this.lock(sink.state);
+      const held = (what: string) => lock.assertHeld(what);
+      const reports = await Promise.all(
+        partitions.map((p) => limit(() => (refused === undefined ? this.one(sink, p, respectBackoff, held) : this.refuse(sink, p, refused)))),
+      );
       for (const r of reports) onPartition?.(r);
       const sum = (k: 'rows' | 'bytes' | 'units') => reports.reduce((n, r) => n + r[k], 0);
       const report: TickReport = {
@@ -117,14 +132,14 @@ export class SinkDriver {
     }));
   }
 
-  private async one(sink: SinkRuntime, p: PartitionRef, respectBackoff: boolean): Promise<PartitionReport> {
+  private async one(sink: SinkRuntime, p: PartitionRef, respectBackoff: boolean, held: (what: string) => Promise<void>): Promise<PartitionReport> {
     const key = `${sink.name}\0${p.key}`;
     const entry = this.outbox.get(key);
     if (respectBackoff && (this.stopped.has(sink.name) || (entry && entry.nextAt > Date.now()))) {
       return { ...zero(), partition: p, error: null, deferred: true };
     }
     try {
-      const out = await exportPartition(this.env, sink, p);
+      const out = await exportPartition(this.env, sink, p, held);
       this.outbox.delete(key);
       if (out.units > 0) {
         await this.env.hooks.partitionExported.promise({ sink: sink.name, partition: p, rows: out.rows, bytes: out.bytes, units: out.units });
@@ -148,6 +163,15 @@ export class SinkDriver {
       await this.env.hooks.partitionFailed.promise({ sink: sink.name, partition: p, error: err, willRetry: !stop });
       return { ...zero(), partition: p, error: err, deferred: false };
     }
+  }
+
+  /** The tick cannot run (the destination moved): every partition reports why, nothing is exported. */
+  private async refuse(sink: SinkRuntime, p: PartitionRef, e: unknown): Promise<PartitionReport> {
+    const err = asHypsinkError(e, sink.name);
+    await this.recordError(sink, p, err);
+    this.env.log.error({ sink: sink.name, dataset: p.dataset, source: p.source, code: err.code }, err.message);
+    await this.env.hooks.partitionFailed.promise({ sink: sink.name, partition: p, error: err, willRetry: false });
+    return { ...zero(), partition: p, error: err, deferred: false };
   }
 
   /** The last error is kept with the watermark so `status` shows it from any process. */

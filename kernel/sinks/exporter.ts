@@ -8,21 +8,27 @@
  * A request sink records the next unit as `next` while the current one is in
  * flight, and sends it as soon as the current one is acknowledged.
  * Rows pruned by the hard cap before this sink had them are counted as a gap.
+ * Two rules hold for every sink kind: a unit advances only when the rows
+ * shipped equal the rows planned (unit.ts), and a unit read back from disk
+ * keeps its identity forever: only a unit planned in this run, and refused
+ * before anything of it was sent, may be re-planned smaller.
  * @ref LLP 0005: write-ahead intent
  * @ref LLP 0006: ack-coupled retention and gaps
  * @ref LLP 0014: the next intent
+ * @ref LLP 0018: the two kernel rules
  */
-import type { RecordBatch } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { LifecycleHooks } from '../../types/hooks.js';
 import type { Logger } from '../../types/plugins.js';
-import type { DatasetSchema, Row } from '../../types/schema.js';
-import type { NdjsonChunk, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
+import type { DatasetSchema } from '../../types/schema.js';
+import type { ShipResult, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache/cache.js';
-import { NdjsonWriter } from '../cache/ndjson.js';
 import { forcedAbove, planUnit, type UnitPlan } from '../cache/planner.js';
 import { fault } from '../fault.js';
+import type { GuardedShipper } from './blob.js';
+import type { SinkState } from './states.js';
+import { buildUnit, type Prefetch, rangeText, readNdjson, type SeqRuns, UnitReads } from './unit.js';
 import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
 
 export interface ExportPolicy {
@@ -36,10 +42,14 @@ export interface SinkRuntime {
   readonly kind: 'blob' | 'request';
   readonly datasets: readonly string[];
   readonly shipper: UnitShipper;
+  /** The sink's state dir: its watermarks, its lock, the destination they belong to. */
+  readonly state: SinkState;
   readonly watermarks: WatermarkStore;
   readonly policy: ExportPolicy;
   /** A blob sink's root location (its destination's `describe` of a key, less the key), when known. */
   readonly root?: string;
+  /** Where its units go (no secrets), checked against the one its watermarks belong to; null: unknown. */
+  readonly destination: string | null;
 }
 
 export interface PartitionOutcome {
@@ -55,7 +65,10 @@ export interface ExportEnv {
   readonly cache: Cache;
   readonly hooks: LifecycleHooks;
   readonly log: Logger;
+  /** Aborts running units (the kernel closing). */
   readonly signal: AbortSignal;
+  /** A drain began: no new unit is planned; the ones under way finish. */
+  readonly draining?: AbortSignal;
 }
 
 /** A shipped unit's advance, held in memory until the next durable write carries it. */
@@ -67,6 +80,7 @@ interface Advance {
 
 const cont = (seq: string): Continuation => ({ v: 1, seq });
 const seqOf = (c: Continuation | null) => (c ? BigInt(c.seq) : -1n);
+const sinceOf = (i: Intent) => (i.since === null ? null : cont(i.since));
 
 /** Rows in consecutive-seq ranges that fall in (lo, hi]. */
 function countIn(ranges: readonly [bigint, bigint][], lo: bigint, hi: bigint): number {
@@ -79,11 +93,24 @@ function countIn(ranges: readonly [bigint, bigint][], lo: bigint, hi: bigint): n
   return Number(n);
 }
 
-export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: PartitionRef): Promise<PartitionOutcome> {
+export async function exportPartition(
+  env: ExportEnv,
+  sink: SinkRuntime,
+  p: PartitionRef,
+  /** Throws unless the sink's lock is still ours: checked before each durable write. */
+  held: (what: string) => Promise<void> = async () => undefined,
+): Promise<PartitionOutcome> {
   const out: PartitionOutcome = { rows: 0, bytes: 0, units: 0, gapRows: 0, waiting: false };
   const store = env.cache.store(p);
   const schema = env.cache.schema(p.dataset);
-  let rec = await sink.watermarks.read(p);
+  // A sink's first record remembers the rows retention had pruned before it came: never its to deliver.
+  let rec = (await sink.watermarks.find(p)) ?? { ...sink.watermarks.empty(p), baseRows: await prunedForAll(env.cache, p) };
+  /**
+   * Units read back from disk may have been shipped by an earlier run: they keep
+   * their identity whatever the destination says of them now.
+   * @ref LLP 0018: a recovered unit keeps its identity
+   */
+  const recovered = new Set([rec.intent?.unit, rec.next?.unit].filter((u): u is string => u !== undefined));
   let open: Intent | null = rec.intent;
   /** The unit recorded durably as `next`: it ships once `open` is acknowledged, with no write of its own. */
   let queued: Intent | null = rec.next ?? null;
@@ -97,6 +124,7 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
   /** Durably write `next`, which carries every pending advance, and announce them. */
   const write = async (next: WatermarkRecord) => {
     const carried = pending;
+    await held(`writing watermark ${sink.watermarks.path(p)}`);
     rec = await sink.watermarks.write(p, rec, next);
     pending = pending.slice(carried.length);
     for (const a of carried) {
@@ -114,20 +142,24 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
    */
   const lookAhead = async (cur: Intent, recorded: Intent | null): Promise<{ intent: Intent; pre: Prefetch } | null> => {
     const since = BigInt(cur.until);
-    const plan = await planAhead(env, p, schema, since, limits, recorded?.until);
+    if (recorded) {
+      if (env.signal.aborted) return null;
+      return { intent: recorded, pre: await readAhead(env, p, schema, recorded, await plannedRows(env, p, recorded)) };
+    }
+    const plan = await planAhead(env, p, schema, since, limits);
     if (!plan) return null;
-    if (recorded) return { intent: recorded, pre: await readAhead(env, p, schema, since, plan) };
     const until = cont(plan.until);
-    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until) };
+    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until), rows: plan.rows };
     // The intent needs only the plan: its durable write and the body's read run together.
     const writing = write({ ...logical(), intent: cur, next: intent });
     writing.catch(() => undefined); // awaited below
-    const pre = await readAhead(env, p, schema, since, plan);
+    const pre = await readAhead(env, p, schema, intent, plan.rows);
     await writing;
     fault('export.afterIntent');
     return { intent, pre };
   };
 
+  const stopping = () => env.signal.aborted || env.draining?.aborted === true;
   let ahead: Prefetch | null = null;
   while (!env.signal.aborted) {
     if (!open && queued) {
@@ -135,6 +167,8 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
       queued = null;
     }
     if (!open) {
+      // Draining: what is recorded is finished; nothing new is planned.
+      if (stopping()) break;
       const base = logical();
       const facts = await planUnit(store, seqOf(base.continuation), limits, env.cache.storage, schema.columns.map((c) => c.name));
       if (!facts.plan) {
@@ -154,39 +188,47 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
         }
       }
       const until = cont(facts.plan.until);
-      open = { since: base.continuation?.seq ?? null, until: until.seq, unit: sink.shipper.unitId(p, base.continuation, until) };
+      open = {
+        since: base.continuation?.seq ?? null,
+        until: until.seq,
+        unit: sink.shipper.unitId(p, base.continuation, until),
+        // Counted before the ship, and kept with the intent: what the unit must ship.
+        rows: facts.plan.rows,
+      };
       const writing = write({ ...base, intent: open, next: null });
       if (sink.kind === 'request') {
         // As in the look-ahead: the body is read while its intent is written.
         writing.catch(() => undefined); // awaited below
-        ahead = await readAhead(env, p, schema, seqOf(base.continuation), facts.plan);
+        ahead = await readAhead(env, p, schema, open, facts.plan.rows);
       }
       await writing;
       fault('export.afterIntent');
     }
 
-    let shipped: { result: ShipResult; seen: [bigint, bigint][] };
+    let shipped: { result: ShipResult; seen: SeqRuns };
     const pre = ahead;
     ahead = null;
     // A request sink waits on the network: record and read the next unit meanwhile. Not
     // while a halved unit ships: the next one is planned afresh at the full size.
-    const look = sink.kind === 'request' && !halved ? lookAhead(open, queued) : null;
+    const look = sink.kind === 'request' && !halved && (queued !== null || !stopping()) ? lookAhead(open, queued) : null;
     look?.catch(() => undefined); // awaited below, on every path
     try {
       shipped = await shipUnit(env, sink, p, schema, open, pre ?? undefined);
     } catch (e) {
       await look?.catch(() => undefined);
-      if ((e as { tooLarge?: boolean }).tooLarge && !halved) {
-        // The destination refused the size and stored nothing under this id (nor under the
-        // next unit's, not sent yet): re-plan half as big, once.
-        halved = true;
-        const since = open.since === null ? null : cont(open.since);
-        const rows = await env.cache.storage.countRowsSince(p, { since, until: cont(open.until) });
-        limits = { maxRows: Math.max(1, Math.floor(rows / 2)), maxBytes: Math.max(1, Math.floor(limits.maxBytes / 2)) };
-        await write({ ...logical(), intent: null, next: null });
-        open = null;
-        queued = null;
-        continue;
+      if ((e as { tooLarge?: boolean }).tooLarge) {
+        if (recovered.has(open.unit)) throw recoveredTooLarge(sink, p, open, e as Error);
+        if (!halved) {
+          // Planned in this run and refused before anything of it was stored (nor anything of the
+          // next unit, not sent yet): re-plan half as big, once.
+          halved = true;
+          const rows = await plannedRows(env, p, open);
+          limits = { maxRows: Math.max(1, Math.floor(rows / 2)), maxBytes: Math.max(1, Math.floor(limits.maxBytes / 2)) };
+          await write({ ...logical(), intent: null, next: null });
+          open = null;
+          queued = null;
+          continue;
+        }
       }
       // Keep what was acknowledged before this unit: a retry then starts at this unit, not before it.
       if (pending.length > 0) await write(logical()).catch(() => undefined);
@@ -196,14 +238,11 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
     const following = look ? await look : null;
     fault('export.afterShip');
     const nextUp = following?.intent ?? queued;
-    const since = open.since === null ? null : cont(open.since);
+    const since = sinceOf(open);
     const forced = await forcedAbove(store, seqOf(since));
     const forcedSeen = shipped.seen.reduce((n, [a, b]) => n + countIn(forced, a - 1n, b), 0);
     const gap = Math.max(0, countIn(forced, seqOf(since), BigInt(open.until)) - forcedSeen);
-    // A unit the destination already had was shipped before a crash and never counted.
-    const rows = shipped.result.duplicate
-      ? await env.cache.storage.countRowsSince(p, { since, until: cont(open.until) })
-      : shipped.result.rows;
+    const rows = shipped.result.rows;
     out.rows += rows;
     out.bytes += shipped.result.bytes;
     out.units += 1;
@@ -237,11 +276,35 @@ export async function exportPartition(env: ExportEnv, sink: SinkRuntime, p: Part
   if (out.gapRows > 0) {
     env.log.warn(
       { sink: sink.name, dataset: p.dataset, source: p.source, gapRows: out.gapRows },
-      'rows were pruned by the hard size cap before this sink exported them (gap)',
+      'rows were pruned by retention before this sink exported them (gap)',
     );
     await env.hooks.gapDetected.promise({ sink: sink.name, partition: p, rows: out.gapRows });
   }
   return out;
+}
+
+/**
+ * Rows retention pruned from a partition that were nobody's gap (every sink had
+ * them, or no sink held them): what a sink that comes later never owes.
+ */
+export async function prunedForAll(cache: Cache, p: PartitionRef): Promise<number> {
+  const stats = await cache.storage.stats(p);
+  const forced = (await forcedAbove(cache.store(p), -1n)).reduce((n, [a, b]) => n + Number(b - a + 1n), 0);
+  return Math.max(0, stats.committedRows - stats.rows - forced);
+}
+
+/** A recovered unit the destination now refuses as too large: it may have been stored, so it is never re-planned. */
+function recoveredTooLarge(sink: SinkRuntime, p: PartitionRef, i: Intent, e: Error): HypsinkError {
+  return new HypsinkError(
+    'HYPSINK_ERR_DESTINATION',
+    `sink "${sink.name}": ${rangeText(p, i.since, i.until)} (id ${i.unit}) was recorded before this run and may already be stored, so it keeps its identity and is not re-planned smaller; the destination refuses it as too large: ${e.message}. Raise the destination's size limit above this unit's size (restore the limit it had when the unit was planned), then export again`,
+    { cause: e },
+  );
+}
+
+/** The rows a unit must ship: recorded with its intent, or counted from the cache for intents written before that. */
+async function plannedRows(env: ExportEnv, p: PartitionRef, i: Intent): Promise<number> {
+  return i.rows ?? (await env.cache.storage.countRowsSince(p, { since: sinceOf(i), until: cont(i.until) }));
 }
 
 function waitForMore(policy: ExportPolicy, pendingRows: number, oldestCommittedAt: number): boolean {
@@ -259,57 +322,24 @@ function gapAdvance(base: WatermarkRecord, forced: readonly [bigint, bigint][]):
   return { rec: { ...base, continuation: cont(top.toString()), gapRows: base.gapRows + rows, intent: null }, rows };
 }
 
-/** Note a seq read into runs of consecutive seqs. */
-function note(runs: [bigint, bigint][], s: bigint): void {
-  const last = runs[runs.length - 1];
-  if (last && s === last[1]) return; // legacy rows share seq 0
-  if (last && last[1] + 1n === s) last[1] = s;
-  else runs.push([s, s]);
-}
-
-/** The next unit, planned and its NDJSON read while the current unit's request is in flight. */
-interface Prefetch {
-  readonly since: bigint;
-  readonly plan: UnitPlan;
-  readonly chunks: NdjsonChunk[];
-  readonly seen: [bigint, bigint][];
-}
-
 /**
  * Plan the unit after `since`, to read its NDJSON now (readAhead). Request sinks
  * wait on the network for each unit; reading the next one meanwhile hides that
  * read. The rows cannot change before it ships: the tick holds the sink's lock,
- * and a forced prune waits for it (LLP 0006); other prunes stay below the watermark.
+ * and a prune of rows above a watermark waits for it (LLP 0006); other prunes stay below.
  * @ref LLP 0011: performance bounds
  */
-async function planAhead(
-  env: ExportEnv,
-  p: PartitionRef,
-  schema: DatasetSchema,
-  since: bigint,
-  limits: UnitLimits,
-  /** The unit's end when it is already recorded: read exactly it, plan nothing. */
-  fixedUntil?: string,
-): Promise<UnitPlan | null> {
-  const plan =
-    fixedUntil !== undefined
-      ? { until: fixedUntil, rows: Number(BigInt(fixedUntil) - since), estBytes: 0, oldestCommittedAt: 0 }
-      : (await planUnit(env.cache.store(p), since, limits, env.cache.storage, schema.columns.map((c) => c.name))).plan;
+async function planAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, since: bigint, limits: UnitLimits): Promise<UnitPlan | null> {
+  const { plan } = await planUnit(env.cache.store(p), since, limits, env.cache.storage, schema.columns.map((c) => c.name));
   return plan && !env.signal.aborted ? plan : null;
 }
 
 /** Read a planned unit's rows as one NDJSON body. */
-async function readAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, since: bigint, plan: UnitPlan): Promise<Prefetch> {
-  const seen: [bigint, bigint][] = [];
-  const range = { since: since < 0n ? null : cont(since.toString()), until: cont(plan.until) };
-  // The unit's batches into one buffer: the request body as is, no concatenation.
-  const out = new NdjsonWriter(schema.columns, plan.rows);
-  for await (const b of env.cache.storage.scan(env.cache.store(p), range, schema.columns, true)) {
-    for (const x of b.seqs) note(seen, x);
-    out.append(b.batch);
-  }
-  const chunks: NdjsonChunk[] = out.rows > 0 ? [{ bytes: out.bytes(), rows: out.rows }] : [];
-  return { since, plan, chunks, seen };
+async function readAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, i: Intent, rows: number): Promise<Prefetch> {
+  const since = seqOf(sinceOf(i));
+  const seen: SeqRuns = [];
+  const chunks = await readNdjson(env.cache, p, schema, since, i.until, rows, seen);
+  return { since, until: i.until, chunks, rows: chunks.reduce((n, c) => n + c.rows, 0), seen };
 }
 
 async function shipUnit(
@@ -319,64 +349,19 @@ async function shipUnit(
   schema: DatasetSchema,
   intent: Intent,
   pre?: Prefetch,
-): Promise<{ result: ShipResult; seen: [bigint, bigint][] }> {
-  const since = intent.since === null ? null : cont(intent.since);
-  const until = cont(intent.until);
+): Promise<{ result: ShipResult; seen: SeqRuns }> {
+  const since = sinceOf(intent);
   if (BigInt(intent.until) <= seqOf(since)) {
     throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink ${sink.name}: intent for ${p.key} has until ${intent.until} ≤ since`);
   }
-  const storage = env.cache.storage;
-  const store = env.cache.store(p);
-  // Every row of the unit was pruned (hard cap) since it was planned: nothing to ship, no
-  // empty blob; the advance counts them as a gap. Only a forced prune can empty a unit.
-  const forced = await forcedAbove(store, seqOf(since));
-  if (countIn(forced, seqOf(since), BigInt(intent.until)) > 0 && (await storage.countRowsSince(p, { since, until })) === 0) {
-    return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [] };
-  }
-  // Seqs of the last complete read of the unit, as runs of consecutive seqs: tells delivered
-  // rows from rows pruned meanwhile without holding a seq per row.
-  let seen: [bigint, bigint][] = [];
-  /** The unit's batches from the cache, noting the seqs read (decoded row groups reused). */
-  async function* scanUnit(): AsyncIterable<RecordBatch> {
-    const s: [bigint, bigint][] = [];
-    for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
-      for (const x of b.seqs) note(s, x);
-      yield b.batch;
-    }
-    seen = s;
-  }
-  const unit: Unit = {
-    sink: sink.name,
-    partition: p,
-    schema,
-    since,
-    until,
-    id: intent.unit,
-    plannedRows: Number(BigInt(intent.until) - seqOf(since)),
-    signal: env.signal,
-    async *rows(): AsyncIterable<Row> {
-      const s: [bigint, bigint][] = [];
-      for await (const r of storage.readRowsSince(p, { since, until })) {
-        note(s, BigInt(r.after.seq));
-        yield r.row;
-      }
-      seen = s;
-    },
-    async *batches(): AsyncIterable<RecordBatch> {
-      for await (const b of scanUnit()) yield b;
-    },
-    async *ndjson(): AsyncIterable<NdjsonChunk> {
-      if (pre && pre.plan.until === intent.until && pre.since === seqOf(since)) {
-        seen = pre.seen;
-        yield* pre.chunks;
-        return;
-      }
-      // One chunk for the unit, as readAhead builds it.
-      const out = new NdjsonWriter(schema.columns, Number(BigInt(intent.until) - seqOf(since)));
-      for await (const b of scanUnit()) out.append(b);
-      if (out.rows > 0) yield { bytes: out.bytes(), rows: out.rows };
-    },
-  };
-  const result = await sink.shipper.ship(unit);
-  return { result, seen };
+  const planned = await plannedRows(env, p, intent);
+  // An intent recorded before intents were held from the hard cap may have lost every row:
+  // nothing to ship, no empty blob; the advance counts them as a gap.
+  if (planned === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [] };
+  const reads = new UnitReads(planned, sink.name, rangeText(p, intent.since, intent.until));
+  const unit = buildUnit(env.cache, sink.name, p, schema, intent, reads, env.signal, pre);
+  const result = sink.kind === 'blob' ? await (sink.shipper as GuardedShipper).shipGuarded(unit, reads) : await sink.shipper.ship(unit);
+  // A unit the destination already had was shipped whole before (its reads were checked then).
+  if (!result.duplicate) reads.check();
+  return { result: { ...result, rows: planned }, seen: reads.seen };
 }

@@ -18,6 +18,12 @@ export interface Intent {
   readonly since: string | null;
   readonly until: string;
   readonly unit: string;
+  /**
+   * The rows the unit holds, counted when it was planned: what it must ship to
+   * advance. Absent in intents written before it existed (counted then).
+   * @ref LLP 0018
+   */
+  readonly rows?: number;
 }
 
 export interface WatermarkRecord {
@@ -37,11 +43,19 @@ export interface WatermarkRecord {
   readonly next?: Intent | null;
   /** Rows pruned (hard cap) before this sink exported them. */
   readonly gapRows: number;
+  /**
+   * Rows retention had pruned (exported by every sink then) before this record
+   * was first written: never this sink's to deliver, so not part of what it
+   * counts as committed. Absent in records written before it existed: 0.
+   */
+  readonly baseRows?: number;
   readonly lastExportAt: string | null;
   readonly lastError: { code: string; message: string; at: string } | null;
 }
 
 const seqOf = (c: Continuation | null) => (c ? BigInt(c.seq) : -1n);
+
+const badRows = (i: Intent) => i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0);
 
 /** Paired assertion, checked before every write and on every read. */
 export function checkRecord(v: unknown): string | null {
@@ -50,15 +64,16 @@ export function checkRecord(v: unknown): string | null {
   if (r.continuation !== null && (r.continuation?.v !== 1 || !isDecimalSeq(r.continuation.seq))) return 'bad continuation';
   if (!Number.isInteger(r.exportedRowCount) || r.exportedRowCount < 0) return 'bad exportedRowCount';
   if (!Number.isInteger(r.gapRows) || r.gapRows < 0) return 'bad gapRows';
+  if (r.baseRows !== undefined && !(Number.isSafeInteger(r.baseRows) && r.baseRows >= 0)) return 'bad baseRows';
   if (r.intent !== null) {
     const i = r.intent;
-    if (!i || (i.since !== null && !isDecimalSeq(i.since)) || !isDecimalSeq(i.until) || typeof i.unit !== 'string') return 'bad intent';
+    if (!i || (i.since !== null && !isDecimalSeq(i.since)) || !isDecimalSeq(i.until) || typeof i.unit !== 'string' || badRows(i)) return 'bad intent';
     if (i.since !== null && BigInt(i.since) >= BigInt(i.until)) return `intent since ${i.since} is not below until ${i.until}`;
     if ((i.since === null ? -1n : BigInt(i.since)) !== seqOf(r.continuation)) return 'intent does not start at the watermark';
   }
   const n = r.next ?? null;
   if (n !== null) {
-    if (!n || n.since === null || !isDecimalSeq(n.since) || !isDecimalSeq(n.until) || typeof n.unit !== 'string') return 'bad next intent';
+    if (!n || n.since === null || !isDecimalSeq(n.since) || !isDecimalSeq(n.until) || typeof n.unit !== 'string' || badRows(n)) return 'bad next intent';
     if (r.intent === null || n.since !== r.intent.until) return 'next intent does not start where the intent ends';
     if (BigInt(n.since) >= BigInt(n.until)) return `next intent since ${n.since} is not below until ${n.until}`;
   }
@@ -73,21 +88,28 @@ export class WatermarkStore {
   }
 
   async read(p: PartitionRef): Promise<WatermarkRecord> {
-    const rec = await readJsonFile<WatermarkRecord>(this.path(p), checkRecord, 'watermark');
-    return (
-      rec ?? {
-        v: 1,
-        dataset: p.dataset,
-        source: p.source,
-        continuation: null,
-        exportedRowCount: 0,
-        updatedAt: new Date(0).toISOString(),
-        intent: null,
-        gapRows: 0,
-        lastExportAt: null,
-        lastError: null,
-      }
-    );
+    return (await this.find(p)) ?? this.empty(p);
+  }
+
+  /** The record on disk, or undefined before this sink's first write for the partition. */
+  find(p: PartitionRef): Promise<WatermarkRecord | undefined> {
+    return readJsonFile<WatermarkRecord>(this.path(p), checkRecord, 'watermark');
+  }
+
+  /** The record of a partition this sink has never written. */
+  empty(p: PartitionRef): WatermarkRecord {
+    return {
+      v: 1,
+      dataset: p.dataset,
+      source: p.source,
+      continuation: null,
+      exportedRowCount: 0,
+      updatedAt: new Date(0).toISOString(),
+      intent: null,
+      gapRows: 0,
+      lastExportAt: null,
+      lastError: null,
+    };
   }
 
   /** Write a record; the watermark never moves backwards (paired assertion). */
@@ -117,6 +139,7 @@ export class WatermarkStore {
       return out;
     }
     for (const d of dirs.sort()) {
+      if (d.startsWith('.')) continue; // a forgotten dataset's watermarks on their way out
       for (const f of (await fsp.readdir(join(root, d))).sort()) {
         if (!f.endsWith('.json')) continue;
         const path = join(root, d, f);

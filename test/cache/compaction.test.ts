@@ -1,8 +1,9 @@
 /**
- * Compaction (generation n+1 sorted by seq, exact duplicates dropped keeping
- * the lowest seq, seqs verbatim, cursor swap), reader leases holding the old
+ * Compaction (generation n+1 sorted by seq, every committed row kept, identical
+ * ones included, seqs verbatim, cursor swap), reader leases holding the old
  * generation, and legacy files without a seq column read as new exactly once.
  * @ref LLP 0004 (generations and reader leases)
+ * @ref LLP 0020 (compaction keeps every committed row)
  */
 import assert from 'node:assert/strict';
 import { existsSync, promises as fsp } from 'node:fs';
@@ -20,7 +21,7 @@ const S1 = { dataset: 'events', id: 's1' };
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 
 describe('compaction', () => {
-  test('one generation up, sorted by seq, exact duplicates dropped keeping the lowest seq', async () => {
+  test('one generation up, sorted by seq, every row kept (identical rows too), ids and seqs verbatim', async () => {
     const root = tempDir();
     const cache = await openCache(root, { rowGroupRows: 4 });
     const web = cache.partition('events', 'web');
@@ -37,35 +38,37 @@ describe('compaction', () => {
     );
     const dir = join(root, web.path);
     const rowIdsBefore = await dumpPartition(dir);
+    const committedBefore = (await cache.storage.stats(web)).committedRows;
     const [res] = await cache.compact();
     assert.deepEqual(
       { generation: res!.generation, rowsBefore: res!.rowsBefore, rowsAfter: res!.rowsAfter },
-      { generation: 1, rowsBefore: 13, rowsAfter: 9 },
+      { generation: 1, rowsBefore: 13, rowsAfter: 13 },
     );
     const after = await collect(cache.storage.readRowsSince(web));
-    // First copies kept, with their original seqs; 6, 7 (only copies) keep theirs from the second flush.
-    const keep = [0, 1, 2, 3, 4, 8, 9, 10, 11];
+    // What a sink reads is unchanged: every row, with its original seq, in seq order.
     assert.deepEqual(
       after.map((r) => [r.row.id, r.after.seq]),
-      keep.map((i) => [before[i]!.row.id, before[i]!.after.seq]),
+      before.map((r) => [r.row.id, r.after.seq]),
     );
+    assert.equal((await cache.storage.stats(web)).committedRows, committedBefore);
     const dump = await dumpPartition(dir);
     assert.equal(firstNonIncreasing(dump.map((r) => r.seq)), -1);
     assert.deepEqual(
       dump.map((r) => [r.rowId, r.batchId]),
-      keep.map((i) => [rowIdsBefore[i]!.rowId, rowIdsBefore[i]!.batchId]),
+      rowIdsBefore.map((r) => [r.rowId, r.batchId]),
       'row and batch ids copied verbatim',
     );
     const { generation, manifest } = await currentManifest(dir);
     assert.equal(generation, 1);
     assert.equal(manifest.files.length, 1);
-    assert.deepEqual(await parquetRowGroups(join(dir, 'table-1', manifest.files[0]!.name)), [4, 4, 1]);
+    assert.deepEqual(await parquetRowGroups(join(dir, 'table-1', manifest.files[0]!.name)), [4, 4, 4, 1]);
     assert.deepEqual(
       manifest.files[0]!.rowGroups.map((g) => [g.rows, g.minSeq, g.maxSeq]),
       [
         [4, dump[0]!.seq, dump[3]!.seq],
         [4, dump[4]!.seq, dump[7]!.seq],
-        [1, dump[8]!.seq, dump[8]!.seq],
+        [4, dump[8]!.seq, dump[11]!.seq],
+        [1, dump[12]!.seq, dump[12]!.seq],
       ],
     );
     assert.deepEqual(manifest.spools, { 'events/s1': 2 });

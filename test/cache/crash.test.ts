@@ -20,7 +20,7 @@ import { describe, test } from 'node:test';
 import type { Cache } from '../../kernel/cache/cache.js';
 import { FAULT_POINTS } from '../../kernel/fault.js';
 import type { WorkerScript, WorkerStep } from '../support/cache-worker.js';
-import { collect, openCache, type WorkerCacheOptions } from '../support/datasets.js';
+import { COLS, collect, openCache, rows, type WorkerCacheOptions } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import { currentManifest, dumpPartition, firstNonIncreasing, readJson, runWorker, seqsOnDisk, walk } from './helpers.js';
 
@@ -34,6 +34,7 @@ const CASES: Record<string, number> = {
   'flush.afterDataFile': 3,
   'flush.afterManifest': 4,
   'flush.afterCommitAll': 2,
+  'flush.afterBatchRecord': 1,
   'partition.afterCursor': 2,
   'retention.afterNewGeneration': 2,
   'retention.afterCursorSwap': 1,
@@ -74,17 +75,24 @@ const STEPS: WorkerStep[] = [
   { op: 'compact' },
   append('s1', 'web', 61),
   append('s2', 'api', 21),
+  { op: 'appendBatch', batch: 'host-1', source: 'web', from: 71, n: 10 },
   { op: 'flush', spools: ['s1', 's2'] },
+  { op: 'flushAll' },
+  { op: 'appendBatch', batch: 'host-2', source: 'app', from: 31, n: 10 },
   { op: 'compact' },
+  { op: 'flushAll' },
 ];
+
+/** The host retries every batch after the crash, as it does an ingest it was not sure of (LLP 0021). */
+const BATCHES = STEPS.filter((s): s is Extract<WorkerStep, { op: 'appendBatch' }> => s.op === 'appendBatch');
 
 const key = (source: string, id: number) => `${source}#${id}`;
 
 /** Every row the script appends, and whether retention (by age) may prune it. */
 const UNIVERSE = new Map<string, { old: boolean }>();
 for (const s of STEPS) {
-  if (s.op !== 'append') continue;
-  for (let i = 0; i < s.n; i++) UNIVERSE.set(key(s.source, s.from + i), { old: s.t0 === OLD });
+  if (s.op !== 'append' && s.op !== 'appendBatch') continue;
+  for (let i = 0; i < s.n; i++) UNIVERSE.set(key(s.source, s.from + i), { old: s.op === 'append' && s.t0 === OLD });
 }
 
 async function acked(ackFile: string): Promise<Set<string>> {
@@ -187,8 +195,12 @@ async function crashAndRecover(point: string | null, at: number, extra: WorkerCa
     ? BigInt((await readJson<{ reservedThrough: string }>(join(root, '_hyp_ingest_seq.json'))).reservedThrough)
     : 0n;
 
-  // Recovery, part 1: flush what the spools hold.
+  // Recovery, part 1: the host retries its batches; flush what the spools hold.
   const cache = await openCache(root, { ...OPTS, ...extra, lockWaitMs: 3000 });
+  for (const b of BATCHES) {
+    await cache.appendBatch('events', b.batch, COLS, rows(b.source, b.from, b.n));
+    for (let i = 0; i < b.n; i++) ack.add(key(b.source, b.from + i));
+  }
   await cache.flushAll();
   const recovered = await observe(root, cache);
   checkRows(recovered, ack, 'recovered');

@@ -46,6 +46,8 @@ interface BadCase {
   readonly code?: string;
   /** The message names the config file (default: when the kernel raised it). */
   readonly file?: boolean;
+  /** The command that meets it (default status). */
+  readonly command?: string;
 }
 
 const BAD: BadCase[] = [
@@ -137,12 +139,13 @@ const BAD: BadCase[] = [
     says: [/sink "archive": datasets\[1\]: unknown dataset "clicks" \(configured: events\)/],
   },
   {
-    name: 'missing environment variable',
+    name: 'missing environment variable (found when the sink is built to export, not at load)',
     edit: (c) => {
       // biome-ignore lint/suspicious/noTemplateCurlyInString: the config's ${ENV} syntax
       archive(c).config = { dir: '${HYPSINK_TEST_UNSET_DIR}/exports' };
     },
-    says: [/sinks\.archive\.config\.dir: environment variable HYPSINK_TEST_UNSET_DIR is not set/],
+    says: [/sink "archive": config\.dir: environment variable HYPSINK_TEST_UNSET_DIR is not set/],
+    command: 'export',
   },
   {
     name: 'bad column type',
@@ -190,7 +193,7 @@ for (const c of BAD) {
     c.edit(cfg, dir);
     const config = await writeConfig(dir, cfg);
     delete process.env.HYPSINK_TEST_UNSET_DIR;
-    const r = await cli('status', '--config', config);
+    const r = await cli(c.command ?? 'status', '--config', config);
     assert.equal(r.code, 2, `exit 2 (${r.err})`);
     const first = r.err.split('\n')[0]!;
     assert.match(first, new RegExp(`^hypsink: ${c.code ?? 'HYPSINK_ERR_CONFIG'}: `));

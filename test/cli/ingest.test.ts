@@ -93,7 +93,9 @@ test('ingest with only valid rows is exit 0 and writes no dead letter', async ()
   await fsp.writeFile(join(dir, 'ok.ndjson'), eventLines(1, 3));
   const r = await cli('ingest', 'events', '--source', 'web', '--file', join(dir, 'ok.ndjson'), '--config', config, '--json');
   assert.equal(r.code, 0, r.err);
-  assert.deepEqual(JSON.parse(r.out), { accepted: 3, rejected: 0, deadLetter: null, samples: [] });
+  const out = JSON.parse(r.out);
+  assert.match(out.batchId, /^auto-/, 'a batch id is made when the host names none');
+  assert.deepEqual({ ...out, batchId: 'x' }, { accepted: 3, rejected: 0, deadLetter: null, samples: [], batchId: 'x', duplicate: false, resumedAfterLine: 0 });
   await assert.rejects(fsp.access(join(dir, '.hypsink/state/dead-letter/events.ndjson')));
 });
 

@@ -90,7 +90,7 @@ export async function loadForward(): Promise<Loaded> {
     hooks,
     log,
     build: (config, sink = 'central') =>
-      factory.create(config, { sink, stateDir: '/nonexistent/state', baseDir: '/nonexistent', log }),
+      factory.create(config, { sink, stateDir: '/nonexistent/state', baseDir: '/nonexistent', cacheId: '00000000-0000-4000-8000-000000000000', log }),
   };
 }
 

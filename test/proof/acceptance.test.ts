@@ -132,7 +132,7 @@ test('exactly once across a retention front-prune and a compaction swap between 
   await s.exportAll();
   await s.ingest('web', 60);
   await s.k.export('files'); // one sink ahead of the others: ack-coupled retention keeps the rest
-  const pruned = await s.k.cache.retention({ maxRows: 30, ...s.k.retentionGuards() });
+  const pruned = await s.k.retention({ maxRows: 30, ackCoupled: true });
   assert.equal(pruned[0]!.prunedRows, 100, 'only rows every sink exported were pruned');
   await s.k.cache.compact();
   await s.ingest('web', 25);
@@ -148,7 +148,7 @@ test('exactly once across retention and compaction running during exports', asyn
     s.k.export('lake'),
     s.k.cache.compact(),
     s.k.export('central'),
-    s.k.cache.retention({ maxRows: 50, ...s.k.retentionGuards() }),
+    s.k.retention({ maxRows: 50, ackCoupled: true }),
     s.ingest('web', 33),
     s.k.export('files'),
   ]);

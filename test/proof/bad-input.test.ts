@@ -540,7 +540,7 @@ describe('bad-input matrix', () => {
       withArchive({ config: { dir: '${HYPSINK_BADINPUT_UNSET}/exports' } }),
       'HYPSINK_ERR_CONFIG',
       (p) => p,
-      'sinks.archive.config.dir',
+      'sink "archive": config.dir',
       'environment variable HYPSINK_BADINPUT_UNSET is not set',
     ),
   );
@@ -650,6 +650,7 @@ describe('bad-input matrix', () => {
     assert.deepEqual(await receiverDelivered(recvDir, [src]), []);
     await unmoved(ws, cfg, 'central', src);
     await ws.writeConfig(config({ central: centralSink(receiver.url, TOKEN) }));
+    await ws.acceptDestination(cfg, 'central');
     await ws.exportOk(cfg);
     assertExactlyOnce(await receiverDelivered(recvDir, [src]), ids, 'receiver');
   });
@@ -664,8 +665,10 @@ describe('bad-input matrix', () => {
       assertFails(r, 1, 'HYPSINK_ERR_DESTINATION', 'sink "central"', 'HTTP 413', 'too large', `source=${src}`);
       assert.deepEqual(await receiverDelivered(join(root, 'receiver-413'), [src]), [], 'the small receiver stored nothing');
       await unmoved(ws, cfg, 'central', src);
-      // The receiver is reconfigured (here: the one with the default limit): every row once.
+      // The receiver is reconfigured (here: the one with the default limit) and the operator
+      // says so (the sink's watermarks belong to a destination, LLP 0022): every row once.
       await ws.writeConfig(config({ central: centralSink(receiver.url, TOKEN) }));
+      await ws.acceptDestination(cfg, 'central');
       await ws.exportOk(cfg);
       assertExactlyOnce(await receiverDelivered(recvDir, [src]), ids, 'receiver');
     } finally {
@@ -715,6 +718,7 @@ describe('bad-input matrix', () => {
     assert.ok(took < 10_000, `bounded by the timeout, took ${took} ms`);
     await unmoved(ws, cfg, 'central', src);
     await ws.writeConfig(config({ central: centralSink(receiver.url, TOKEN) }));
+    await ws.acceptDestination(cfg, 'central');
     await ws.exportOk(cfg);
     assertExactlyOnce(await receiverDelivered(recvDir, [src]), ids, 'receiver');
   });
@@ -727,6 +731,7 @@ describe('bad-input matrix', () => {
     assertFails(r, 1, 'HYPSINK_ERR_RETRYABLE', 'sink "central"', 'ECONNREFUSED', `${url}/v1/ingest/events`);
     await unmoved(ws, cfg, 'central', src);
     await ws.writeConfig(config({ central: centralSink(receiver.url, TOKEN) }));
+    await ws.acceptDestination(cfg, 'central');
     await ws.exportOk(cfg);
     assertExactlyOnce(await receiverDelivered(recvDir, [src]), ids, 'receiver');
   });
@@ -785,6 +790,7 @@ describe('bad-input matrix', () => {
       holder.child.kill('SIGKILL');
       await holder.exited;
     }
+    await ws.acceptDestination(good, 'central');
     await ws.exportOk(good);
     assertExactlyOnce(await receiverDelivered(recvDir, [src]), ids, 'receiver');
   });

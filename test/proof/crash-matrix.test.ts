@@ -31,6 +31,8 @@ function casesFor(point: string): Case[] {
   if (point.startsWith('localfs.')) return [{ point, sink: 'files' }];
   if (point.startsWith('s3.')) return [{ point, sink: 'lake' }];
   if (point.startsWith('receiver.')) return [{ point, sink: 'central' }];
+  // Forgetting a sink left out of the config: `spare`, with watermarks on disk.
+  if (point.startsWith('forget.')) return [{ point, sink: null }];
   return [{ point, sink: null }];
 }
 
@@ -101,13 +103,23 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
     for (const sink of SINKS) await worker.send({ op: 'export', sink });
   };
 
+  const forgetting = c.point.startsWith('forget.');
+  if (forgetting) {
+    // `spare` exports once, then is left out of the config: the crash hits its forgetting.
+    await worker.use(await writeScenarioConfig(dir, world, { prefix, unitRows: 6, rowGroupRows: 8, seqBlockSize: 16, partSize: 1024, spare: true }));
+  }
   // Before the crash: enough committed and exported rows that every operation has work.
   await ingest('web', 30);
   await ingest('app', 14);
+  if (forgetting) {
+    await worker.send({ op: 'export', sink: 'spare' });
+    await worker.use(configPath);
+  }
   if (c.point.startsWith('retention.')) await exportAll();
   await ingest('web', 12);
   let crashOp: WorkerOp;
-  if (c.point.startsWith('retention.')) crashOp = { op: 'retention', maxRows: 10 };
+  if (forgetting) crashOp = { op: 'forget', sink: 'spare' };
+  else if (c.point.startsWith('retention.')) crashOp = { op: 'retention', maxRows: 10 };
   else if (c.point.startsWith('compact.')) crashOp = { op: 'compact' };
   else if (c.sink) crashOp = { op: 'export', sink: c.sink };
   else crashOp = { op: 'ingest', source: src(c.point === 'partition.afterCursor' ? 'new' : 'web'), rows: [], spools: 3 };
@@ -126,6 +138,8 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
   if (crashOp.op === 'ingest' && 'ok' in answer && answer.ok) ledger.ack(crashOp.source, crashOp.rows);
   await watch.check('after the crash', problems);
 
+  // The forgetting is done again after the restart: nothing of `spare` is left to hold rows.
+  if (forgetting) await worker.send({ op: 'forget', sink: 'spare' });
   // Restart: more ingest, export and maintenance, then the clean run and the oracle.
   await ingest('web', 9);
   await ingest('app', 5);
@@ -136,6 +150,8 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
   const status = await settle(worker, problems);
   await watch.check('clean run', problems);
   await checkDestinations(dir, world, prefix, ledger, status, problems, onReceiver ? receiverDir : undefined);
+  const absent = ((await worker.send({ op: 'status' })) as unknown as { status?: { absent?: { name: string }[] } }).status?.absent ?? [];
+  if (absent.length > 0) problems.push(`sinks still hold rows after their forgetting: ${absent.map((a) => a.name).join(', ')}`);
   if (receiver) {
     receiver.child.kill('SIGTERM');
     await receiver.exited;

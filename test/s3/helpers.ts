@@ -70,6 +70,7 @@ export function makeDestination(
   const dest = loadPlugin().create(config, {
     sink: opts.sink ?? 'lake',
     stateDir: '/nonexistent/state',
+    cacheId: '00000000-0000-4000-8000-000000000000',
     baseDir: '/nonexistent',
     log: log.log,
     ...(opts.fault ? { fault: opts.fault } : {}),

@@ -117,6 +117,8 @@ export interface ScenarioOptions {
   readonly partSize?: number;
   /** Defaults to the world's receiver proxy. */
   readonly centralUrl?: string;
+  /** A fourth sink, `spare` (local-fs into `spare/`), for cases that leave it out later and forget it. */
+  readonly spare?: boolean;
 }
 
 /** A config with the `events` dataset and three sinks: files (local-fs), lake (S3), central (forward). */
@@ -169,7 +171,16 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
       },
     },
   };
-  const path = join(dir, 'hypsink.config.json');
+  if (o.spare) {
+    (config.sinks as Record<string, unknown>).spare = {
+      writer: '@hypsink/format-parquet',
+      destination: '@hypsink/local-fs',
+      datasets: ['events'],
+      config: { dir: 'spare' },
+      unit,
+    };
+  }
+  const path = join(dir, o.spare ? 'with-spare.config.json' : 'hypsink.config.json');
   await writeFile(path, JSON.stringify(config));
   return path;
 }

@@ -22,6 +22,7 @@ export type WorkerOp =
   | { op: 'retention'; maxRows?: number; hardMaxRows?: number }
   | { op: 'compact' }
   | { op: 'flush' }
+  | { op: 'forget'; sink: string }
   | { op: 'status' };
 
 let k: Hypsink | undefined;
@@ -55,9 +56,7 @@ async function run(m: WorkerOp): Promise<unknown> {
       return { ok: true, rows: r?.rows ?? 0, failed: r?.failed ?? 0, errors: r?.partitions.flatMap((p) => (p.error ? [p.error.message] : [])) };
     }
     case 'retention': {
-      const pass = () => k!.cache.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ...k!.retentionGuards() });
-      // A forced prune holds every export, as `maintain` does.
-      const r = m.hardMaxRows === undefined ? await pass() : await k!.driver.quiesce([...k!.sinks.values()], pass);
+      const r = await k!.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ackCoupled: true });
       return { ok: true, pruned: r.reduce((n, x) => n + x.prunedRows, 0), forced: r.reduce((n, x) => n + x.forcedRows, 0) };
     }
     case 'compact':
@@ -65,6 +64,9 @@ async function run(m: WorkerOp): Promise<unknown> {
       return { ok: true };
     case 'flush':
       await k!.flush();
+      return { ok: true };
+    case 'forget':
+      await k!.forgetSink(m.sink);
       return { ok: true };
     case 'status':
       return { ok: true, status: await k!.status() };

@@ -230,28 +230,29 @@ test('exactly once across a compaction and a retention front-prune between expor
     await ingest(k, 'web', 9, 2);
     assert.equal((await k.export())[0]!.rows, 10);
 
-    // New rows in several files, plus exact re-sends of a row already exported (5)
-    // and of a row not yet exported (12): compaction folds both onto the lowest seq.
+    // New rows in several files, plus identical re-sends of a row already exported (5)
+    // and of a row not yet exported (12): rows of their own, which compaction keeps (LLP 0020).
     await ingest(k, 'web', 11, 3);
     await ingestText(k, 'web', eventLines(14, 2) + eventLines(5, 1) + eventLines(12, 1));
     assert.equal((await k.cache.storage.stats(web)).files, 5);
     assert.match(await maintain(config, '--compact'), /compacted 1 partition/);
     const compacted = await k.cache.storage.stats(web);
     assert.equal(compacted.files, 1, 'one file after compaction');
-    assert.equal(compacted.rows, 15, 'the two exact duplicates were dropped');
+    assert.equal(compacted.rows, 17, 'every committed row kept, identical ones included');
     const s = partitionStatus(await status(config), 'archive', 'web');
-    assert.equal(s.pendingRows, 5, 'the watermark reads straight through the new generation');
+    assert.equal(s.pendingRows, 7, 'the watermark reads straight through the new generation');
 
     await ingest(k, 'web', 16, 5);
-    // maxRows 8 of 20: the front-prune may only take rows 1..10, which every sink has.
+    // maxRows 8 of 22: the front-prune may only take rows 1..10, which every sink has.
     const r = await k.maintain({ retention: true });
     assert.deepEqual([r.retention[0]!.prunedRows, r.retention[0]!.forcedRows], [10, 0]);
 
     const [t] = await k.export();
-    assert.equal(t!.rows, 10);
-    assertExactlyOnce(await readExports(join(dir, 'exports')), { web: range(1, 20) });
+    assert.equal(t!.rows, 12);
+    const got = (await readExports(join(dir, 'exports'))).flatMap((f) => f.rows.map((row) => Number(row.id))).sort((a, b) => a - b);
+    assert.deepEqual(got, [...range(1, 20), 5, 12].sort((a, b) => a - b), 'each committed row once: the re-sent 5 and 12 twice');
     const p = partitionStatus(await status(config), 'archive', 'web');
-    assert.deepEqual([p.exportedRows, p.pendingRows, p.gapRows, p.watermark], [20, 0, 0, p.highWater]);
+    assert.deepEqual([p.exportedRows, p.pendingRows, p.gapRows, p.watermark], [22, 0, 0, p.highWater]);
   } finally {
     await k.close();
   }

@@ -16,6 +16,8 @@ import { COLS, openCache, rows, type WorkerCacheOptions } from './datasets.js';
 export type WorkerStep =
   /** appendRows of `n` rows of `source` with ids from `from` (ts from `t0`, default 2026). */
   | { op: 'append'; spool: string; source: string; from: number; n: number; t0?: number }
+  /** appendBatch of the same kind of rows under a batch id (acknowledged once, whatever the retries). */
+  | { op: 'appendBatch'; batch: string; source: string; from: number; n: number }
   /** flushTable of each spool, concurrently (Promise.all). */
   | { op: 'flush'; spools: string[] }
   | { op: 'flushAll' }
@@ -50,6 +52,13 @@ async function main(): Promise<void> {
     switch (step.op) {
       case 'append': {
         await cache.appendRows({ dataset: 'events', id: step.spool }, COLS, rows(step.source, step.from, step.n, step.t0));
+        if (script.ackFile) {
+          appendFileSync(script.ackFile, JSON.stringify({ source: step.source, from: step.from, n: step.n }) + '\n');
+        }
+        break;
+      }
+      case 'appendBatch': {
+        await cache.appendBatch('events', step.batch, COLS, rows(step.source, step.from, step.n));
         if (script.ackFile) {
           appendFileSync(script.ackFile, JSON.stringify({ source: step.source, from: step.from, n: step.n }) + '\n');
         }

@@ -52,6 +52,9 @@ async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: nu
   } catch (e) {
     throw sourceError ? sourceError.error : e;
   }
+  // The wasm writer may end its output normally after its input failed: a file of the rows
+  // before the failure. Never let that pass as the unit (the kernel checks the count too).
+  if (sourceError) throw sourceError.error;
 }
 
 export default function activate(ctx: PluginContext): void {

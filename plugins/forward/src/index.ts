@@ -18,9 +18,10 @@ export { ForwardShipper } from './shipper.js';
 
 export function activate(ctx: PluginContext): void {
   const live = new Set<ForwardShipper>();
-  // Shutdown aborts parked backpressure waits at once instead of letting them run out.
+  // Shutdown (a drain) ends parked backpressure waits at once; a POST on the wire may finish.
+  // The kernel closes every shipper after the drain.
   ctx.hooks.shutdown.tapPromise(ctx.manifest.name, async () => {
-    await Promise.all([...live].map((s) => s.close()));
+    for (const s of live) s.stopWaiting();
   });
   ctx.registerSink({
     name: ctx.manifest.name,

@@ -21,13 +21,20 @@ import { ForwardError } from './errors.js';
 import { buildRequest } from './request-builder.js';
 import { ForwardService } from './service.js';
 
-/** Bump only with a migration note: in-flight intents keep their recorded ids either way. */
-const ID_SCHEME = 'hypsink.forward.batch.v1';
+/**
+ * Bump only with a migration note: in-flight intents keep their recorded ids either way.
+ * v2 mixes in the cache's id, so two caches never share a batch id (LLP 0021).
+ */
+const ID_SCHEME = 'hypsink.forward.batch.v2';
 
 export class ForwardShipper implements UnitShipper {
   readonly limits: UnitLimits;
+  /** The receiver (the config forbids credentials in the URL). */
+  readonly destination: string;
   private readonly service: ForwardService;
   private readonly closer = new AbortController();
+  /** Aborted by stopWaiting() (a drain): parked waits end, no unit starts; a POST on the wire goes on. */
+  private readonly draining = new AbortController();
   private readonly onClose: (() => void)[] = [];
 
   constructor(
@@ -35,12 +42,13 @@ export class ForwardShipper implements UnitShipper {
     private readonly ctx: SinkBuildContext,
   ) {
     this.limits = { maxRows: cfg.maxRows, maxBytes: cfg.maxBytes };
+    this.destination = `forward ${cfg.url}`;
     this.service = new ForwardService(cfg.url, cfg.timeoutMs);
   }
 
   /**
-   * @ref LLP 0008: the batch id is a pure function of (sink instance, logical
-   * partition, since, until). The kernel fixes it in the write-ahead intent
+   * @ref LLP 0008: the batch id is a pure function of (cache, sink instance,
+   * logical partition, since, until). The kernel fixes it in the write-ahead intent
    * before the first POST, so a retry, a respool or a restart re-sends the
    * same range under the same id and the receiver's ledger stores it once.
    */
@@ -48,6 +56,7 @@ export class ForwardShipper implements UnitShipper {
     const from = since?.seq ?? 'start';
     const material = JSON.stringify([
       ID_SCHEME,
+      this.ctx.cacheId,
       this.cfg.idNamespace ?? null,
       this.ctx.sink,
       partition.dataset,
@@ -70,7 +79,8 @@ export class ForwardShipper implements UnitShipper {
   }
 
   private async shipLinked(unit: Unit, signal: AbortSignal): Promise<ShipResult> {
-    if (signal.aborted) throw this.aborted(unit);
+    // Draining: no unit starts; one already sending may finish.
+    if (signal.aborted || this.draining.signal.aborted) throw this.aborted(unit);
     const req = await buildRequest(unit, this.cfg.token);
     // Every row of the range was pruned since planning: nothing to deliver, nothing to dedupe.
     if (req.rows === 0) return { rows: 0, bytes: 0, duplicate: false };
@@ -83,6 +93,8 @@ export class ForwardShipper implements UnitShipper {
     let ladder = 0;
     let failures = 0;
     let staleRetries = 0;
+    /** An earlier POST of this unit may have been stored (no answer, a 5xx): a 413 now proves nothing. */
+    let maybeStored = false;
 
     for (;;) {
       if (signal.aborted) throw this.aborted(unit);
@@ -125,6 +137,7 @@ export class ForwardShipper implements UnitShipper {
             staleRetries++;
             continue;
           }
+          maybeStored = true;
           failures++;
           const delay = backoffMs(failures, this.cfg.retry);
           if (failures >= this.cfg.retry.attempts || waited + delay > budget) {
@@ -154,7 +167,8 @@ export class ForwardShipper implements UnitShipper {
                 `(HTTP 413, ${req.rows} rows, ${req.body.length} bytes): ${out.message}; ` +
                 'the unit must be split (or config.maxBytes / config.maxRows lowered)',
             ),
-            { status: out.status, tooLarge: true, batchId: unit.id },
+            // @ref LLP 0018: only a refusal before anything of the unit may have been stored lets the kernel re-plan it.
+            { status: out.status, tooLarge: !maybeStored, batchId: unit.id },
           );
 
         case 'auth':
@@ -186,6 +200,11 @@ export class ForwardShipper implements UnitShipper {
     for (const f of this.onClose.splice(0)) f();
   }
 
+  /** A drain began: end parked waits now and start no further unit; a POST already on the wire may finish (close() aborts it). Idempotent. */
+  stopWaiting(): void {
+    this.draining.abort();
+  }
+
   /** Called once when the shipper closes (the plugin forgets it). */
   whenClosed(f: () => void): void {
     if (this.closer.signal.aborted) f();
@@ -193,10 +212,13 @@ export class ForwardShipper implements UnitShipper {
   }
 
   private async park(ms: number, signal: AbortSignal, unit: Unit): Promise<void> {
+    const link = linkSignals(signal, this.draining.signal);
     try {
-      await parkedWait(ms, signal);
+      await parkedWait(ms, link.signal);
     } catch {
       throw this.aborted(unit);
+    } finally {
+      link.dispose();
     }
   }
 

@@ -61,6 +61,10 @@ class LocalFsDestination implements BlobDestination {
     return join(this.root, key);
   }
 
+  get destination(): string {
+    return `local-fs ${this.root}`;
+  }
+
   private target(key: string): string {
     const path = resolve(this.root, key);
     const rel = relative(this.root, path);

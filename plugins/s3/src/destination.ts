@@ -81,6 +81,12 @@ export class S3Destination implements BlobDestination {
     return `s3://${this.cfg.bucket}/${this.objectKey(key)}`;
   }
 
+  /** The bucket and prefix, and the store they are in (the endpoint, or AWS's region). */
+  get destination(): string {
+    const where = this.cfg.endpoint ?? `aws ${this.cfg.region}`;
+    return `s3://${this.cfg.bucket}/${this.cfg.prefix ? `${this.cfg.prefix}/` : ''} at ${where}`;
+  }
+
   async putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal }): Promise<PutResult> {
     if (this.closed) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": s3 destination used after close()`);
     const objectKey = this.objectKey(key);

@@ -140,6 +140,12 @@ export class Workspace {
     return JSON.parse(r.out) as StatusReport;
   }
 
+  /** The operator points a sink at another destination on purpose (LLP 0022). */
+  async acceptDestination(configPath: string, sink: string): Promise<void> {
+    const r = await this.cli(configPath, 'accept-destination', sink);
+    assert.equal(r.code, 0, `accept-destination: ${r.err}`);
+  }
+
   async exportOk(configPath: string, sink?: string): Promise<CliResult> {
     const r = await this.cli(configPath, 'export', '--json', ...(sink ? ['--sink', sink] : []));
     assert.equal(r.code, 0, `export must succeed: ${r.err}`);

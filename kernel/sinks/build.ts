@@ -1,0 +1,157 @@
+/**
+ * From a sink's config to what exports it. At load, the plugins it names are
+ * loaded and must provide what its role needs (`checkSinkPlugins`), and the
+ * sink is built (`buildSink`: its `${VAR}` values resolved, its shipper
+ * created, its own config checked) unless a variable it names is not set:
+ * then it is built at its first export. A process that only records rows
+ * (`ingest`) or reads state (`status`) never needs an exporter's credentials.
+ */
+import type { Logger as Pino } from 'pino';
+import { HypsinkError } from '../../types/errors.js';
+import type { BlobDestination, SinkBuildContext, UnitShipper } from '../../types/sinks.js';
+import { parseDuration } from '../config/duration.js';
+import { interpolate, type LoadedConfig } from '../config/load.js';
+import { isBlobSink, type SinkConfig } from '../config/schema.js';
+import { FAULT_POINTS, type FaultPoint, fault } from '../fault.js';
+import type { PluginHost } from '../plugins/host.js';
+import { blobShipper } from './blob.js';
+import type { SinkRuntime } from './exporter.js';
+import type { SinkState } from './states.js';
+
+/** Blob units default to large files; request sinks say their own bounds. */
+const BLOB_LIMITS = { maxRows: 1_000_000, maxBytes: 256 * 1024 * 1024 };
+
+/** "an encoder", "a sink". */
+const a = (kind: string) => `${kind === 'encoder' ? 'an' : 'a'} ${kind}`;
+
+const where = (loaded: LoadedConfig, name: string) => `${loaded.file ?? 'embedded default config'}: sink "${name}"`;
+
+/** Load the plugins a sink names and check each provides what its role needs. */
+export async function checkSinkPlugins(loaded: LoadedConfig, host: PluginHost, name: string, sc: SinkConfig): Promise<void> {
+  const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
+    if (!host.kindOf(spec)) {
+      try {
+        await host.load(spec);
+      } catch (e) {
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where(loaded, name)}: ${field}: ${(e as Error).message}`, { cause: e });
+      }
+    }
+    const kind = host.kindOf(spec);
+    if (kind !== want) {
+      const hint =
+        want === 'destination' && kind === 'sink'
+          ? `; a request sink is configured with "plugin": "${spec}", without "writer"`
+          : want === 'sink' && kind !== undefined
+            ? `; ${a(kind)} belongs in a blob sink ("writer" + "destination")`
+            : '';
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where(loaded, name)}: ${field}: "${spec}" is ${kind ? a(kind) : 'not registered by its plugin'}, not ${a(want)}${hint}`);
+    }
+  };
+  if (isBlobSink(sc)) {
+    await need('writer', sc.writer, 'encoder');
+    await need('destination', sc.destination, 'destination');
+  } else {
+    await need('plugin', sc.plugin, 'sink');
+  }
+}
+
+export interface BuildEnv {
+  readonly loaded: LoadedConfig;
+  readonly log: Pino;
+  readonly host: PluginHost;
+  /** The cache's id: known once the cache is open, after the sinks built at load. */
+  readonly cacheId: () => string | undefined;
+  readonly requestTick: (sink: string) => void;
+}
+
+/** Where a destination puts its keys: its description of a key, less the key; undefined if it does not say. */
+function destinationRoot(d: BlobDestination): string | undefined {
+  const probe = 'hypsink-probe';
+  const where = d.describe(probe);
+  return where.endsWith(probe) ? where.slice(0, -probe.length) : undefined;
+}
+
+/** Resolve the sink's `${VAR}` values and create its shipper (plugins checked at load). */
+export function buildSink(env: BuildEnv, name: string, sc: SinkConfig, state: SinkState): SinkRuntime {
+  const w = where(env.loaded, name);
+  const build: SinkBuildContext = {
+    sink: name,
+    stateDir: state.dir,
+    baseDir: env.loaded.baseDir,
+    get cacheId(): string {
+      const id = env.cacheId();
+      if (id === undefined) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${name}": cacheId is known once the cache is open; read it when a unit id is made, not in create()`);
+      return id;
+    },
+    log: env.log.child({ sink: name }),
+    fault: (point: string) => {
+      if (!(point in FAULT_POINTS)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `fault point "${point}" is not declared in kernel/fault.ts`);
+      fault(point as FaultPoint);
+    },
+    requestTick: () => env.requestTick(name),
+  };
+  const registry = env.host.registry;
+  let shipper: UnitShipper;
+  let root: string | undefined;
+  let destination: string | null;
+  try {
+    const config = interpolate(sc.config, `${w}: config`) as Record<string, unknown>;
+    if (isBlobSink(sc)) {
+      const writerConfig = interpolate(sc.writerConfig, `${w}: writerConfig`) as Record<string, unknown>;
+      const encoder = registry.encoders.get(sc.writer)!.create(writerConfig, build);
+      const dest = registry.destinations.get(sc.destination)!.create(config, build);
+      shipper = blobShipper(encoder, dest, BLOB_LIMITS);
+      root = destinationRoot(dest);
+      destination = dest.destination ?? (root === undefined ? null : `${sc.destination} ${root}`);
+    } else {
+      shipper = registry.sinks.get(sc.plugin)!.create(config, build);
+      destination = shipper.destination ?? null;
+    }
+  } catch (e) {
+    // A plugin's own config check names the sink and field; add the file.
+    if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(w)) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${env.loaded.file ?? 'embedded default config'}: ${e.message}`, { cause: e });
+    }
+    if (e instanceof HypsinkError) throw e;
+    throw new HypsinkError('HYPSINK_ERR_CONFIG', `${w}: ${(e as Error).message}`, { cause: e });
+  }
+  return {
+    name,
+    kind: isBlobSink(sc) ? 'blob' : 'request',
+    datasets: sc.datasets,
+    shipper,
+    state,
+    watermarks: state.watermarks,
+    root,
+    destination,
+    policy: {
+      minRows: sc.minRows,
+      maxDelayMs: sc.maxDelay !== undefined ? (parseDuration(sc.maxDelay) ?? 0) : sc.minRows > 1 ? 3_600_000 : 0,
+      limits: {
+        maxRows: sc.unit.maxRows ?? shipper.limits.maxRows,
+        maxBytes: sc.unit.maxBytes ?? shipper.limits.maxBytes,
+      },
+    },
+  };
+}
+
+/**
+ * Two blob sinks sharing a root and a dataset would put their units under the
+ * same keys: the second would find the first's blob and count its own rows
+ * delivered, or add the same rows again under other unit bounds.
+ */
+export function refuseSharedRoots(loaded: LoadedConfig, sinks: Iterable<SinkRuntime>): void {
+  const seen: SinkRuntime[] = [];
+  for (const s of sinks) {
+    if (s.root === undefined) continue;
+    const other = seen.find((o) => o.root === s.root && o.datasets.some((d) => s.datasets.includes(d)));
+    if (other) {
+      const shared = other.datasets.filter((d) => s.datasets.includes(d));
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `${loaded.file ?? 'embedded default config'}: sinks "${other.name}" and "${s.name}" both write dataset ${shared.map((d) => `"${d}"`).join(', ')} to ${s.root}; give each sink its own dir or prefix`,
+      );
+    }
+    seen.push(s);
+  }
+}

@@ -1,0 +1,193 @@
+/**
+ * A sink instance's state on disk: `<state.dir>/sinks/<name>/` holds its
+ * watermarks, its export lock, and `sink.json`, which says which destination
+ * those watermarks belong to and which datasets the sink has ever exported.
+ *
+ * Retention and gap accounting count every sink state on disk, configured now
+ * or not, until the operator forgets it (`hypsink forget`): a sink left out of
+ * the config for one maintenance run still holds its unexported rows.
+ * @ref LLP 0019: gaps are counted against every watermark on disk
+ * @ref LLP 0022: a watermark knows its destination
+ */
+import { randomBytes } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import { HypsinkError } from '../../types/errors.js';
+import { decodeSegment, encodeSegment } from '../cache/segments.js';
+import { fault } from '../fault.js';
+import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
+import { WatermarkStore } from './watermarks.js';
+
+export interface SinkStateFile {
+  readonly v: 1;
+  readonly sink: string;
+  /** Where the watermarks' rows went (no secrets), or null before the first export. */
+  readonly destination: string | null;
+  /** Every dataset this sink has exported, in order first seen. */
+  readonly datasets: readonly string[];
+  /**
+   * Destinations the sink was forgotten at (all datasets, or one): they still
+   * hold what it delivered, so exporting there again from the oldest row would
+   * deliver those rows twice. Refused until the operator accepts it.
+   */
+  readonly spent?: readonly Spent[];
+}
+
+export interface Spent {
+  readonly destination: string;
+  /** null: every dataset. */
+  readonly dataset: string | null;
+}
+
+function checkState(v: unknown): string | null {
+  const s = v as SinkStateFile;
+  if (s?.v !== 1 || typeof s.sink !== 'string') return 'not a v1 sink state';
+  if (s.destination !== null && typeof s.destination !== 'string') return 'bad destination';
+  if (!Array.isArray(s.datasets) || !s.datasets.every((d) => typeof d === 'string')) return 'bad datasets';
+  if (s.spent !== undefined && !(Array.isArray(s.spent) && s.spent.every((x) => typeof x?.destination === 'string' && (x.dataset === null || typeof x.dataset === 'string')))) {
+    return 'bad spent destinations';
+  }
+  return null;
+}
+
+/** `<state.dir>/sinks`: one folder per sink instance. */
+export const sinksRoot = (stateDir: string) => join(stateDir, 'sinks');
+
+/** Forgotten watermarks wait under this name for their removal (a crash may leave them). */
+const TRASH = /^\.forgotten-/;
+
+export class SinkState {
+  readonly watermarks: WatermarkStore;
+
+  constructor(
+    readonly dir: string,
+    readonly name: string,
+  ) {
+    this.watermarks = new WatermarkStore(dir);
+  }
+
+  static of(stateDir: string, name: string): SinkState {
+    return new SinkState(join(sinksRoot(stateDir), encodeSegment(name)), name);
+  }
+
+  private get file(): string {
+    return join(this.dir, 'sink.json');
+  }
+
+  read(): Promise<SinkStateFile | undefined> {
+    return readJsonFile<SinkStateFile>(this.file, checkState, 'sink state');
+  }
+
+  /** Datasets this sink holds rows for: those its state names and those it has watermarks of. */
+  async datasets(): Promise<Set<string>> {
+    const out = new Set((await this.read())?.datasets ?? []);
+    for (const seg of await readdirOrEmpty(join(this.dir, 'watermarks'))) {
+      const d = seg.startsWith('.') ? undefined : decodeSegment(seg);
+      if (d !== undefined) out.add(d);
+    }
+    return out;
+  }
+
+  /**
+   * Before a tick (the sink's lock held): the destination must be the one the
+   * watermarks belong to; the first tick records it, and every tick records the
+   * datasets it exports.
+   */
+  async admit(destination: string | null, datasets: readonly string[], where: string): Promise<void> {
+    const cur = await this.read();
+    const known = cur?.destination ?? null;
+    const spent = cur?.spent?.find((x) => x.destination === destination && (x.dataset === null || datasets.includes(x.dataset)));
+    if (spent && destination !== null) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `${where}: it was forgotten ("hypsink forget"${spent.dataset === null ? '' : ` --dataset ${spent.dataset}`}) after exporting to ${destination}, which still holds what it delivered then; ` +
+          `going on would deliver those rows there again. Point the sink at a new destination (or give it a new name); if ${destination} was emptied, run "hypsink accept-destination ${this.name}"`,
+      );
+    }
+    if (known !== null && destination !== null && known !== destination) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `${where}: its watermarks belong to ${known}, but the config now points it at ${destination}; ` +
+          `the rows exported so far are at the old destination, and going on would give the new one only the rows from here. ` +
+          `To start the new destination from the oldest row in the cache, give the sink a new name or run "hypsink forget ${this.name} --yes"; ` +
+          `if the data was moved there, run "hypsink accept-destination ${this.name}"; otherwise restore the old destination in the config`,
+      );
+    }
+    const all = [...(cur?.datasets ?? [])];
+    for (const d of datasets) if (!all.includes(d)) all.push(d);
+    if (cur && known === (destination ?? known) && all.length === cur.datasets.length) return;
+    await this.writeState({ v: 1, sink: this.name, destination: destination ?? known, datasets: all, ...(cur?.spent ? { spent: cur.spent } : {}) });
+    fault('export.afterSinkState');
+  }
+
+  private async writeState(state: SinkStateFile): Promise<void> {
+    await fsp.mkdir(this.dir, { recursive: true });
+    await writeJsonAtomic(this.file, state);
+  }
+
+  /** The operator moved the data (or emptied a destination it was forgotten at): the watermarks now belong to `destination`. */
+  async acceptDestination(destination: string): Promise<string | null> {
+    const cur = await this.read();
+    const spent = cur?.spent?.filter((x) => x.destination !== destination);
+    await this.writeState({ v: 1, sink: this.name, destination, datasets: [...(cur?.datasets ?? [])], ...(spent?.length ? { spent } : {}) });
+    return cur?.destination ?? null;
+  }
+
+  /**
+   * Drop this sink's watermarks and state (or one dataset's watermarks) with a
+   * rename first, so a crash leaves either all of it or none of it in use. The
+   * folder stays: its lock is held by the caller.
+   */
+  async forget(dataset?: string): Promise<void> {
+    const cur = await this.read();
+    if (cur) {
+      // First, so a crash between the two steps still refuses to export to the old destination again.
+      const spent = [...(cur.spent ?? []), ...(cur.destination === null ? [] : [{ destination: cur.destination, dataset: dataset ?? null }])];
+      await this.writeState(
+        dataset === undefined
+          ? { v: 1, sink: this.name, destination: null, datasets: [], spent }
+          : { ...cur, datasets: cur.datasets.filter((d) => d !== dataset), spent },
+      );
+    }
+    const from = dataset === undefined ? join(this.dir, 'watermarks') : join(this.dir, 'watermarks', encodeSegment(dataset));
+    const trash = join(this.dir, `.forgotten-${randomBytes(6).toString('hex')}`);
+    try {
+      await fsp.rename(from, trash);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+    fault('forget.afterRename');
+    await fsp.rm(trash, { recursive: true, force: true });
+  }
+
+  /** Remove what an interrupted forget left behind. */
+  async sweep(): Promise<void> {
+    for (const n of await readdirOrEmpty(this.dir)) {
+      if (TRASH.test(n)) await fsp.rm(join(this.dir, n), { recursive: true, force: true });
+    }
+  }
+}
+
+/** Every sink state on disk, in name order; leftovers of an interrupted forget are removed. */
+export async function sinkStatesOnDisk(stateDir: string): Promise<SinkState[]> {
+  const root = sinksRoot(stateDir);
+  const out: SinkState[] = [];
+  for (const seg of await readdirOrEmpty(root)) {
+    if (seg.startsWith('.')) continue;
+    const dir = join(root, seg);
+    if (!(await fsp.stat(dir)).isDirectory()) continue;
+    const file = await readJsonFile<SinkStateFile>(join(dir, 'sink.json'), checkState, 'sink state');
+    const name = file?.sink ?? decodeSegment(seg);
+    if (name !== undefined) out.push(new SinkState(dir, name));
+  }
+  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+async function readdirOrEmpty(dir: string): Promise<string[]> {
+  try {
+    return (await fsp.readdir(dir)).sort();
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw e;
+  }
+}
