@@ -9,7 +9,7 @@ import { HypsinkError } from '../../types/errors.js';
 import { type DatasetSchema, PARTITION_COLUMN } from '../../types/schema.js';
 import type { PartitionRef, TableRef } from '../../types/storage.js';
 import { fault } from '../fault.js';
-import { exists, fsyncDir, readJsonFile, writeJsonAtomic, writeNewFileDurable } from '../io/durable.js';
+import { exists, fsyncDir, readdirOrEmpty, readJsonFile, writeJsonAtomic, writeNewFileDurable } from '../io/durable.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
 import { SeqAllocator } from './allocator.js';
@@ -537,13 +537,4 @@ async function cacheId(root: string): Promise<string> {
   const made = await readJsonFile<CacheFile>(path, check, 'cache id file');
   if (!made) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `cache id file ${path} vanished right after it was written`);
   return made.id;
-}
-
-async function readdirOrEmpty(dir: string): Promise<string[]> {
-  try {
-    return (await fsp.readdir(dir)).sort();
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw e;
-  }
 }

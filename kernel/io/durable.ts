@@ -81,6 +81,16 @@ export async function writeNewFileDurable(path: string, data: Uint8Array | strin
   await fsyncDir(dirname(path));
 }
 
+/** A folder's entries, sorted; none when it does not exist. */
+export async function readdirOrEmpty(dir: string): Promise<string[]> {
+  try {
+    return (await fsp.readdir(dir)).sort();
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw e;
+  }
+}
+
 export async function exists(path: string): Promise<boolean> {
   try {
     await fsp.access(path);

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { HypsinkError } from '../../types/errors.js';
 import { decodeSegment, encodeSegment } from '../cache/segments.js';
 import { fault } from '../fault.js';
-import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
+import { readdirOrEmpty, readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { WatermarkStore } from './watermarks.js';
 
 export interface SinkStateFile {
@@ -181,13 +181,4 @@ export async function sinkStatesOnDisk(stateDir: string): Promise<SinkState[]> {
     if (name !== undefined) out.push(new SinkState(dir, name));
   }
   return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-}
-
-async function readdirOrEmpty(dir: string): Promise<string[]> {
-  try {
-    return (await fsp.readdir(dir)).sort();
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw e;
-  }
 }
