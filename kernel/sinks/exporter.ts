@@ -272,6 +272,9 @@ export async function exportPartition(
   if (pending.length > 0) {
     await write(logical());
     fault('export.afterAdvance');
+  } else if (rec.lastError !== null && !env.signal.aborted) {
+    // A partition that failed before and has nothing to ship now is fine again: say so in status.
+    await write({ ...rec, lastError: null });
   }
   if (out.gapRows > 0) {
     env.log.warn(

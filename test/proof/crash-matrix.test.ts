@@ -14,7 +14,20 @@ import { createInterface } from 'node:readline';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { FAULT_POINTS } from '../../kernel/fault.js';
-import { checkDestinations, Ledger, newWorker, SINKS, type SinkName, settle, WatermarkWatch, type Worker, writeScenarioConfig } from '../sim/harness.js';
+import {
+  type Answer,
+  CacheView,
+  ingest as ingestRows,
+  Ledger,
+  newWorker,
+  Oracle,
+  Problems,
+  SINKS,
+  type SinkName,
+  settle,
+  type Worker,
+  writeScenarioConfig,
+} from '../sim/harness.js';
 import { startWorld, type World } from '../sim/world.js';
 import type { WorkerOp } from '../sim/worker.js';
 
@@ -31,7 +44,7 @@ function casesFor(point: string): Case[] {
   if (point.startsWith('localfs.')) return [{ point, sink: 'files' }];
   if (point.startsWith('s3.')) return [{ point, sink: 'lake' }];
   if (point.startsWith('receiver.')) return [{ point, sink: 'central' }];
-  // Forgetting a sink left out of the config: `spare`, with watermarks on disk.
+  // Forgetting a sink left out of the config (files), whose watermarks are on disk.
   if (point.startsWith('forget.')) return [{ point, sink: null }];
   return [{ point, sink: null }];
 }
@@ -71,13 +84,13 @@ async function startReceiverChild(dataDir: string, port: number, fault?: string)
 }
 
 async function runCase(c: Case, worker: Worker, index: number): Promise<string[]> {
-  const problems: string[] = [];
+  const problems = new Problems();
   const dir = await mkdtemp(join(tmpdir(), 'hypsink-crash-'));
   const prefix = `crash/${index}`;
   const receiverDir = join(dir, 'receiver');
   const onReceiver = c.point.startsWith('receiver.');
   let receiver = onReceiver ? await startReceiverChild(receiverDir, 0, c.point) : undefined;
-  const configPath = await writeScenarioConfig(dir, world, {
+  const options = {
     prefix,
     // Export points crash a unit that is not full, so rows ingested before the retry would
     // change a re-planned unit: only the recorded intent keeps the retry the same unit.
@@ -86,60 +99,57 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
     seqBlockSize: 16,
     partSize: 1024,
     centralUrl: receiver ? `http://127.0.0.1:${receiver.port}` : undefined,
-  });
+  };
+  const configPath = await writeScenarioConfig(dir, world, options);
   await worker.use(configPath);
-  const ledger = new Ledger();
-  const watch = new WatermarkWatch(join(dir, 'state'));
+  worker.resetCounts();
   // Sources are unique per case: the world's receiver is shared.
   const src = (name: string) => `c${index}${name}`;
-  const ingest = async (name: string, n: number) => {
-    const source = src(name);
-    const rows = ledger.rows(source, n);
-    const a = await worker.send({ op: 'ingest', source, rows, spools: 2 });
-    if ('ok' in a && a.ok) ledger.ack(source, rows);
-    return a;
+  const ledger = new Ledger(`c${index}`);
+  const oracle = new Oracle(world, ledger);
+  const view = oracle.add(new CacheView('main', dir, ['web', 'app', 'new'].map(src), options));
+  if (onReceiver) oracle.receiverDir = receiverDir;
+  /** Ingest, then read the cache: the oracle sees every committed row before a prune can take it. */
+  const ingestSpools = async (name: string, n: number, spools: number): Promise<Answer> => {
+    const { answer } = await ingestRows(worker, ledger, 'main', src(name), ledger.fresh(n), spools);
+    await oracle.observe(view);
+    return answer;
   };
-  const exportAll = async () => {
-    for (const sink of SINKS) await worker.send({ op: 'export', sink });
+  const ingest = (name: string, n: number) => ingestSpools(name, n, 2);
+  const forgetting = c.point.startsWith('forget.');
+  /** The sinks configured after the crash: a forgotten one is left out. */
+  const sinks = forgetting ? SINKS.filter((s) => s !== 'files') : SINKS;
+  const exportAll = async (which: readonly SinkName[] = sinks) => {
+    for (const sink of which) await worker.send({ op: 'export', sink });
   };
 
-  const forgetting = c.point.startsWith('forget.');
-  if (forgetting) {
-    // `spare` exports once, then is left out of the config: the crash hits its forgetting.
-    await worker.use(await writeScenarioConfig(dir, world, { prefix, unitRows: 6, rowGroupRows: 8, seqBlockSize: 16, partSize: 1024, spare: true }));
-  }
   // Before the crash: enough committed and exported rows that every operation has work.
   await ingest('web', 30);
   await ingest('app', 14);
-  if (forgetting) {
-    await worker.send({ op: 'export', sink: 'spare' });
-    await worker.use(configPath);
-  }
-  if (c.point.startsWith('retention.')) await exportAll();
+  if (c.point.startsWith('retention.') || forgetting) await exportAll(SINKS);
   await ingest('web', 12);
-  let crashOp: WorkerOp;
-  if (forgetting) crashOp = { op: 'forget', sink: 'spare' };
+  if (forgetting) await worker.use(await writeScenarioConfig(dir, world, { ...options, sinks }));
+  let crashOp: WorkerOp | undefined;
+  if (forgetting) crashOp = { op: 'forget', sink: 'files' };
   else if (c.point.startsWith('retention.')) crashOp = { op: 'retention', maxRows: 10 };
   else if (c.point.startsWith('compact.')) crashOp = { op: 'compact' };
   else if (c.sink) crashOp = { op: 'export', sink: c.sink };
-  else crashOp = { op: 'ingest', source: src(c.point === 'partition.afterCursor' ? 'new' : 'web'), rows: [], spools: 3 };
-  if (crashOp.op === 'ingest') crashOp = { ...crashOp, rows: ledger.rows(crashOp.source, 25) };
 
   // The crash. The second unit of a tick is crashed too: at = 2 where a point is hit more than once.
   await worker.send({ op: 'arm', point: c.point, at: 1 });
-  const answer = await worker.send(crashOp);
+  const answer = crashOp ? await worker.send(crashOp) : await ingestSpools(c.point === 'partition.afterCursor' ? 'new' : 'web', 25, 3);
   if (onReceiver) {
     const how = await receiver!.exited;
-    if (how !== 'SIGKILL') problems.push(`${c.point}: the receiver was not killed at the point (${how})`);
+    if (how !== 'SIGKILL') problems.add('', `${c.point}: the receiver was not killed at the point (${how})`);
     receiver = await startReceiverChild(receiverDir, receiver!.port);
   } else if (!('died' in answer) || answer.died !== 'SIGKILL') {
-    problems.push(`${c.point}: the worker was not killed at the point (answer ${JSON.stringify(answer)})`);
+    problems.add('', `${c.point}: the worker was not killed at the point (answer ${JSON.stringify(answer)})`);
   }
-  if (crashOp.op === 'ingest' && 'ok' in answer && answer.ok) ledger.ack(crashOp.source, crashOp.rows);
-  await watch.check('after the crash', problems);
+  const st = await worker.send({ op: 'status' });
+  await oracle.step('after the crash', view, 'ok' in st && st.ok ? (st as unknown as { status: never }).status : undefined, problems);
 
-  // The forgetting is done again after the restart: nothing of `spare` is left to hold rows.
-  if (forgetting) await worker.send({ op: 'forget', sink: 'spare' });
+  // The forgetting is done again after the restart: nothing of files is left to hold rows back.
+  if (forgetting) await worker.send({ op: 'forget', sink: 'files' });
   // Restart: more ingest, export and maintenance, then the clean run and the oracle.
   await ingest('web', 9);
   await ingest('app', 5);
@@ -147,18 +157,18 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
   await worker.send({ op: 'retention', maxRows: 1000 });
   await worker.send({ op: 'compact' });
   await ingest('web', 4);
-  const status = await settle(worker, problems);
-  await watch.check('clean run', problems);
-  await checkDestinations(dir, world, prefix, ledger, status, problems, onReceiver ? receiverDir : undefined);
-  const absent = ((await worker.send({ op: 'status' })) as unknown as { status?: { absent?: { name: string }[] } }).status?.absent ?? [];
-  if (absent.length > 0) problems.push(`sinks still hold rows after their forgetting: ${absent.map((a) => a.name).join(', ')}`);
+  const status = await settle(worker, sinks, problems);
+  await view.watch.check('clean run', problems);
+  await oracle.final([status], problems);
+  const absent = (status as { absent?: { name: string }[] }).absent ?? [];
+  if (forgetting && absent.length > 0) problems.add('', `sinks still hold rows after their forgetting: ${absent.map((a) => a.name).join(', ')}`);
   if (receiver) {
     receiver.child.kill('SIGTERM');
     await receiver.exited;
   }
   if (problems.length === 0) await rm(dir, { recursive: true, force: true });
-  else problems.push(`state kept in ${dir}`);
-  return problems.map((p) => `${c.point}${c.sink ? ` × ${c.sink}` : ''}: ${p}`);
+  else problems.add('', `state kept in ${dir}`);
+  return problems.list.map((p) => `${c.point}${c.sink ? ` × ${c.sink}` : ''}: ${p}`);
 }
 
 test('every fault point has a case', () => {

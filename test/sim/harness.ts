@@ -1,12 +1,24 @@
 /**
  * What the simulation and the crash matrix share: a worker process that runs
  * kernel operations and can be killed at a fault point, a config with all three
- * sinks over the world's services, a ledger of what was ingested, the clean
- * run, and the oracle that checks every destination.
+ * sinks over the world's services, a ledger of what the host sent (batches,
+ * acknowledged or not), the clean run, and the oracle.
+ *
+ * The oracle counts MULTISETS. The host may send identical rows in separate
+ * batches, and a first hop that is not exactly once commits a batch twice, so
+ * per cache and partition it records every committed row by its seq (read from
+ * the cache's own manifests and data files after each step: a seq is never
+ * re-issued, compaction copies it), and per sink and partition it reads the
+ * destination back. At every step: exported + gap + pending = committed (status),
+ * no destination holds a row more often than it was committed, and no batch is
+ * committed more than once. After the clean run: delivered = committed − gap,
+ * exactly; every acknowledged batch committed; no open intent; and two sinks
+ * never disagree about a row both delivered.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readdir, readFile, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { promises as fsp, rmSync, type Stats } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { tableFromIPC } from 'apache-arrow';
@@ -15,12 +27,13 @@ import { readStored } from '../../fixtures/receiver/server.js';
 import { encodeSegment } from '../../kernel/cache/segments.js';
 import { FAULT_POINTS } from '../../kernel/fault.js';
 import type { World } from './world.js';
-import type { WorkerOp } from './worker.js';
+import type { IngestPart, WorkerOp } from './worker.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const WORKER = join(ROOT, 'test/sim/worker.ts');
 export const SINKS = ['files', 'lake', 'central'] as const;
 export type SinkName = (typeof SINKS)[number];
+const SEQ = '_hyp_ingest_seq';
 
 /** The fault points each operation can reach (the receiver's own run in the driver process). */
 const POINTS = Object.keys(FAULT_POINTS);
@@ -36,24 +49,57 @@ export const POINTS_BY_OP: Record<string, string[]> = {
 
 export type Answer = { ok: boolean; [k: string]: unknown } | { died: string };
 
-/** A worker process, reused across scenarios and restarted after each crash. */
-export class Worker {
-  private child: ChildProcess | undefined;
+/**
+ * The worker's code as plain JavaScript: every .ts file of kernel/, plugins/,
+ * types/ and test/sim/ transpiled (esbuild, file by file, as tsx would) into a
+ * mirror tree with node_modules linked. A worker started on it loads without
+ * tsx's loader hooks, which cost most of a process start (≈1 CPU-second per
+ * crash). The .ts files are copied too, for kernel worker threads that
+ * register tsx themselves; plugin entry points only as .js, which the plugin
+ * host finds after index.ts. SIM_TSX=1 runs the worker under tsx instead.
+ */
+let built: Promise<string | undefined> | undefined;
+function workerBuild(): Promise<string | undefined> {
+  built ??= (async () => {
+    if (process.env.SIM_TSX) return undefined;
+    try {
+      const { transform } = await import('esbuild');
+      const out = await fsp.mkdtemp(join(tmpdir(), 'hypsink-sim-js-'));
+      process.once('exit', () => rmSync(out, { recursive: true, force: true }));
+      const files: string[] = [];
+      for (const top of ['kernel', 'plugins', 'types', 'test/sim']) files.push(...(await walk(join(ROOT, top), '')));
+      await Promise.all(
+        files.map(async (f) => {
+          const rel = relative(ROOT, f);
+          const dest = join(out, rel);
+          await fsp.mkdir(dirname(dest), { recursive: true });
+          if (!f.endsWith('.ts')) return fsp.copyFile(f, dest);
+          const code = (await transform(await fsp.readFile(f, 'utf8'), { loader: 'ts', format: 'esm', target: 'node20', sourcefile: f })).code;
+          await fsp.writeFile(dest.replace(/\.ts$/, '.js'), code);
+          if (!/^plugins\/[^/]+\/src\/index\.ts$/.test(rel)) await fsp.copyFile(f, dest);
+        }),
+      );
+      await fsp.copyFile(join(ROOT, 'package.json'), join(out, 'package.json'));
+      await fsp.symlink(join(ROOT, 'node_modules'), join(out, 'node_modules'));
+      return join(out, 'test/sim/worker.js');
+    } catch (e) {
+      process.stderr.write(`sim: running the worker under tsx (no JavaScript build: ${(e as Error).message})\n`);
+      return undefined;
+    }
+  })();
+  return built;
+}
+
+/** One worker process: JSON lines in, one JSON line out per operation. */
+class Proc {
   private waiting: ((a: Answer) => void) | undefined;
-  private config = '';
-  crashes = 0;
+  alive = true;
+  readonly child: ChildProcess;
 
-  constructor(private readonly env: NodeJS.ProcessEnv) {}
-
-  /** Point the worker at a scenario's config (opens a fresh kernel on it). */
-  async use(config: string): Promise<void> {
-    this.config = config;
-    this.crashes = 0;
-    if (this.child) await this.raw({ op: 'open', config });
-  }
-
-  private start(): void {
-    const child = spawn(process.execPath, ['--import', 'tsx', WORKER], { cwd: ROOT, env: this.env, stdio: ['pipe', 'pipe', 'pipe'] });
+  constructor(env: NodeJS.ProcessEnv, js: string | undefined) {
+    const prof = process.env.SIM_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.SIM_CPU_PROF] : [];
+    const args = js ? [...prof, js] : [...prof, '--import', 'tsx', WORKER];
+    const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.child = child;
     child.stderr?.resume();
     createInterface({ input: child.stdout! }).on('line', (l) => {
@@ -62,42 +108,112 @@ export class Worker {
       w?.(JSON.parse(l) as Answer);
     });
     child.on('exit', (code, signal) => {
-      if (this.child === child) this.child = undefined;
+      this.alive = false;
       const w = this.waiting;
       this.waiting = undefined;
       w?.({ died: signal ?? `exit ${code}` });
     });
   }
 
+  request(op: WorkerOp): Promise<Answer> {
+    if (!this.alive) return Promise.resolve({ died: 'gone' });
+    return new Promise((res) => {
+      this.waiting = res;
+      this.child.stdin!.write(`${JSON.stringify(op)}\n`);
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (!this.alive) return;
+    await new Promise<void>((res) => {
+      this.child.once('exit', () => res());
+      this.child.stdin!.end();
+    });
+  }
+}
+
+/**
+ * A worker process, reused across scenarios and restarted after each crash. A
+ * spare process is kept started (its module loading done), so a crash costs
+ * the next operation an `open`, not a process start.
+ */
+export class Worker {
+  private proc: Proc | undefined;
+  private spare: Promise<Proc> | undefined;
+  private config = '';
+  crashes = 0;
+  starts = 0;
+
+  constructor(
+    private readonly env: NodeJS.ProcessEnv,
+    private readonly world?: World,
+  ) {}
+
+  get current(): string {
+    return this.config;
+  }
+
+  /** Point the worker at a scenario's config (opens a fresh kernel on it). */
+  async use(config: string): Promise<Answer | undefined> {
+    this.config = config;
+    if (this.proc?.alive) return this.raw({ op: 'open', config });
+    return undefined;
+  }
+
+  /** Start counting crashes for a new scenario. */
+  resetCounts(): void {
+    this.crashes = 0;
+    this.starts = 0;
+  }
+
+  /** Start a process and warm it on a scratch cache whose sinks reach the world's servers directly (no seed's proxy rules). */
+  private async launch(): Promise<Proc> {
+    const p = new Proc(this.env, await workerBuild());
+    await p.request({ op: 'ping' });
+    if (this.world) {
+      const dir = await fsp.mkdtemp(join(tmpdir(), 'hypsink-sim-warm-'));
+      try {
+        const direct = { ...this.world, s3Proxy: { endpoint: this.world.s3.endpoint }, receiverProxy: { endpoint: this.world.receiver.url } } as unknown as World;
+        const config = await writeScenarioConfig(dir, direct, { prefix: 'warm', unitRows: 2, rowGroupRows: 2 });
+        await p.request({ op: 'warm', config });
+      } finally {
+        await fsp.rm(dir, { recursive: true, force: true });
+      }
+    }
+    return p;
+  }
+
   async send(op: WorkerOp): Promise<Answer> {
-    if (!this.child) {
-      this.start();
+    if (!this.proc?.alive) {
+      const t1 = performance.now();
+      this.proc = await (this.spare ?? this.launch());
+      const t2 = performance.now();
+      this.spare = this.launch();
+      this.spare.catch(() => undefined);
+      this.starts++;
       const opened = await this.raw({ op: 'open', config: this.config });
       if (!('ok' in opened) || !opened.ok) throw new Error(`worker failed to open: ${JSON.stringify(opened)}`);
+      if (process.env.SIM_TRACE) process.stderr.write(`  (worker: waited ${(t2 - t1).toFixed(0)} ms for a process, open ${(performance.now() - t2).toFixed(0)} ms)\n`);
     }
+    const t0 = performance.now();
     const a = await this.raw(op);
     if ('died' in a) this.crashes++;
     if (process.env.SIM_TRACE) {
-      const brief = op.op === 'ingest' ? { ...op, rows: `${op.rows.length} rows from ${op.rows[0]?.id}` } : op;
-      process.stderr.write(`  ${JSON.stringify(brief)} → ${JSON.stringify(a).slice(0, 300)}\n`);
+      const brief = op.op === 'ingest' ? { ...op, parts: op.parts.map((p) => `${p.batchId}: ${p.rows.length} rows from ${p.rows[0]?.id}`) } : op;
+      process.stderr.write(`  ${(performance.now() - t0).toFixed(0).padStart(4)} ms ${JSON.stringify(brief)} → ${JSON.stringify(a).slice(0, 300)}\n`);
     }
     return a;
   }
 
   private raw(op: WorkerOp): Promise<Answer> {
-    return new Promise((res) => {
-      this.waiting = res;
-      this.child!.stdin!.write(`${JSON.stringify(op)}\n`);
-    });
+    return this.proc!.request(op);
   }
 
   async stop(): Promise<void> {
-    const c = this.child;
-    if (!c) return;
-    await new Promise<void>((res) => {
-      c.once('exit', () => res());
-      c.stdin!.end();
-    });
+    const spare = this.spare;
+    this.spare = undefined;
+    await this.proc?.stop();
+    if (spare) await (await spare.catch(() => undefined))?.stop();
   }
 }
 
@@ -105,11 +221,13 @@ export function newWorker(world: World): Worker {
   // Kills only, never a machine crash: the page cache survives, so fsync buys nothing here.
   const env: NodeJS.ProcessEnv = { ...process.env, SIM_TOKEN: world.token, HYPSINK_LOG_LEVEL: 'silent', HYPSINK_UNSAFE_NO_FSYNC: '1' };
   delete env.HYPSINK_FAULT;
-  return new Worker(env);
+  delete env.HYPSINK_FAULT_ACTION;
+  delete env.HYPSINK_FAULT_READ;
+  return new Worker(env, world);
 }
 
 export interface ScenarioOptions {
-  /** Keeps scenarios apart in the shared S3 bucket. */
+  /** Keeps scenarios apart in the shared S3 bucket: the lake sink's prefix. */
   readonly prefix: string;
   readonly unitRows: number;
   readonly seqBlockSize?: number;
@@ -117,13 +235,51 @@ export interface ScenarioOptions {
   readonly partSize?: number;
   /** Defaults to the world's receiver proxy. */
   readonly centralUrl?: string;
-  /** A fourth sink, `spare` (local-fs into `spare/`), for cases that leave it out later and forget it. */
-  readonly spare?: boolean;
+  /** The sinks configured (default all three). */
+  readonly sinks?: readonly SinkName[];
+  /** The files sink's dir, relative to the config (default `exports`). */
+  readonly filesDir?: string;
+  /** Per-sink unit row limits (default unitRows). */
+  readonly unitRowsBySink?: Partial<Record<SinkName, number>>;
+  /** The nullable STRING column `extra` was added to the dataset. */
+  readonly extraColumn?: boolean;
 }
 
-/** A config with the `events` dataset and three sinks: files (local-fs), lake (S3), central (forward). */
+/** A config with the `events` dataset and (up to) three sinks: files (local-fs), lake (S3), central (forward). */
 export async function writeScenarioConfig(dir: string, world: World, o: ScenarioOptions): Promise<string> {
-  const unit = { maxRows: o.unitRows };
+  const unit = (s: SinkName) => ({ maxRows: o.unitRowsBySink?.[s] ?? o.unitRows });
+  const all = {
+    files: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: o.filesDir ?? 'exports' }, unit: unit('files') },
+    lake: {
+      writer: '@hypsink/format-parquet',
+      destination: '@hypsink/s3',
+      datasets: ['events'],
+      unit: unit('lake'),
+      config: {
+        bucket: 'simlake',
+        prefix: o.prefix,
+        region: 'us-east-1',
+        endpoint: world.s3Proxy.endpoint,
+        forcePathStyle: true,
+        partSize: o.partSize ?? 8 * 1024 * 1024,
+        retry: { attempts: 2, baseMs: 5, maxMs: 50 },
+      },
+    },
+    central: {
+      plugin: '@hypsink/forward',
+      datasets: ['events'],
+      unit: unit('central'),
+      config: {
+        url: o.centralUrl ?? world.receiverProxy.endpoint,
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: the config's ${ENV} syntax, interpolated by the kernel
+        token: '${SIM_TOKEN}',
+        ladderMs: [10, 20],
+        maxInlineWaitMs: 60,
+        timeoutMs: 5_000,
+        retry: { attempts: 2, baseMs: 5, maxMs: 20 },
+      },
+    },
+  };
   const config = {
     cache: { root: 'cache', lockWaitMs: 30_000, seqBlockSize: o.seqBlockSize ?? 1024, rowGroupRows: o.rowGroupRows ?? 65_536 },
     state: { dir: 'state' },
@@ -134,85 +290,163 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
           { name: 'id', type: 'INT64', nullable: false },
           { name: 'ts', type: 'TIMESTAMP', nullable: false },
           { name: 'msg', type: 'STRING', nullable: true },
+          ...(o.extraColumn ? [{ name: 'extra', type: 'STRING', nullable: true }] : []),
         ],
         timestampColumn: 'ts',
       },
     },
-    sinks: {
-      files: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: 'exports' }, unit },
-      lake: {
-        writer: '@hypsink/format-parquet',
-        destination: '@hypsink/s3',
-        datasets: ['events'],
-        unit,
-        config: {
-          bucket: 'simlake',
-          prefix: o.prefix,
-          region: 'us-east-1',
-          endpoint: world.s3Proxy.endpoint,
-          forcePathStyle: true,
-          partSize: o.partSize ?? 8 * 1024 * 1024,
-          retry: { attempts: 2, baseMs: 5, maxMs: 50 },
-        },
-      },
-      central: {
-        plugin: '@hypsink/forward',
-        datasets: ['events'],
-        unit,
-        config: {
-          url: o.centralUrl ?? world.receiverProxy.endpoint,
-          // biome-ignore lint/suspicious/noTemplateCurlyInString: the config's ${ENV} syntax, interpolated by the kernel
-          token: '${SIM_TOKEN}',
-          ladderMs: [10, 20],
-          maxInlineWaitMs: 60,
-          timeoutMs: 5_000,
-          retry: { attempts: 2, baseMs: 5, maxMs: 20 },
-        },
-      },
-    },
+    sinks: Object.fromEntries((o.sinks ?? SINKS).map((s) => [s, all[s]])),
   };
-  if (o.spare) {
-    (config.sinks as Record<string, unknown>).spare = {
-      writer: '@hypsink/format-parquet',
-      destination: '@hypsink/local-fs',
-      datasets: ['events'],
-      config: { dir: 'spare' },
-      unit,
-    };
-  }
-  const path = join(dir, o.spare ? 'with-spare.config.json' : 'hypsink.config.json');
-  await writeFile(path, JSON.stringify(config));
+  const path = join(dir, 'hypsink.config.json');
+  await fsp.writeFile(path, JSON.stringify(config));
   return path;
 }
 
-/** What was sent to ingest, and what ingest acknowledged, per source. */
+export interface SimRow {
+  readonly id: number;
+  readonly ts: string;
+  readonly msg: string;
+}
+
+/** One ingest as the host sends it: a batch id and its rows, sent again (same id, same rows) until acknowledged. */
+export interface Batch {
+  readonly id: string;
+  readonly cache: string;
+  readonly source: string;
+  readonly rows: readonly SimRow[];
+  acked: boolean;
+  attempts: number;
+}
+
+/**
+ * What the host sent and what ingest acknowledged, per cache and source, as
+ * multisets over row ids. The older per-source sets (`rows(source, n)`,
+ * `ack(source, rows)`, `attempted`, `acked`) stay for `checkDestinations`.
+ */
 export class Ledger {
+  private nextId = 1;
+  private nextBatch = 1;
+  readonly batches: Batch[] = [];
+  /** `${cache}\0${source}` → row id → batches holding it / acknowledged batches holding it. */
+  private readonly index = new Map<string, Map<number, { sent: number; acked: number }>>();
+  /** source → every row id sent for it (any cache); source → every acknowledged one. */
   readonly attempted = new Map<string, Set<number>>();
   readonly acked = new Map<string, Set<number>>();
-  private nextId = 1;
 
-  rows(source: string, n: number): Record<string, unknown>[] {
-    if (!this.attempted.has(source)) {
-      this.attempted.set(source, new Set());
-      this.acked.set(source, new Set());
-    }
+  constructor(private readonly tag = 'b') {}
+
+  /** Fresh rows: each id, and so each row's content, is new. */
+  fresh(n: number): SimRow[] {
     return Array.from({ length: n }, () => {
       const id = this.nextId++;
-      this.attempted.get(source)!.add(id);
       return { id, ts: new Date(Date.UTC(2026, 0, 1) + id * 1000).toISOString(), msg: `m${id}` };
     });
   }
 
-  ack(source: string, rows: Record<string, unknown>[]): void {
-    for (const r of rows) this.acked.get(source)!.add(r.id as number);
+  /** Fresh rows of a source, counted as attempted there (for `checkDestinations`). */
+  rows(source: string, n: number): Record<string, unknown>[] {
+    const rows = this.fresh(n);
+    this.sets(source);
+    for (const r of rows) this.attempted.get(source)!.add(r.id);
+    return rows.map((r) => ({ ...r }));
   }
+
+  /** Record a batch the host is about to send. */
+  batch(cache: string, source: string, rows: readonly SimRow[]): Batch {
+    const b: Batch = { id: `${this.tag}-${cache}-${this.nextBatch++}`, cache, source, rows, acked: false, attempts: 0 };
+    this.batches.push(b);
+    const m = this.slot(cache, source);
+    this.sets(source);
+    for (const r of rows) {
+      const e = m.get(r.id) ?? { sent: 0, acked: 0 };
+      e.sent++;
+      m.set(r.id, e);
+      this.attempted.get(source)!.add(r.id);
+    }
+    return b;
+  }
+
+  /** A batch was acknowledged; or (older form) rows of a source were. */
+  ack(b: Batch | string, rows?: readonly Record<string, unknown>[]): void {
+    if (typeof b === 'string') {
+      this.sets(b);
+      for (const r of rows ?? []) this.acked.get(b)!.add(r.id as number);
+      return;
+    }
+    if (b.acked) return;
+    b.acked = true;
+    const m = this.slot(b.cache, b.source);
+    for (const r of b.rows) {
+      m.get(r.id)!.acked++;
+      this.acked.get(b.source)!.add(r.id);
+    }
+  }
+
+  /** row id → batches holding it (sent) and acknowledged batches holding it. */
+  counts(cache: string, source: string): ReadonlyMap<number, { sent: number; acked: number }> {
+    return this.slot(cache, source);
+  }
+
+  wasSent(source: string, id: number): boolean {
+    return this.attempted.get(source)?.has(id) ?? false;
+  }
+
+  /** Rows of acknowledged batches of a source, to send again as identical rows. */
+  ackedRows(cache: string, source: string): SimRow[] {
+    return this.batches.filter((b) => b.acked && b.cache === cache && b.source === source).flatMap((b) => b.rows);
+  }
+
+  private sets(source: string): void {
+    if (!this.attempted.has(source)) {
+      this.attempted.set(source, new Set());
+      this.acked.set(source, new Set());
+    }
+  }
+
+  private slot(cache: string, source: string): Map<number, { sent: number; acked: number }> {
+    const key = `${cache}\0${source}`;
+    let m = this.index.get(key);
+    if (!m) {
+        m = new Map();
+        this.index.set(key, m);
+      }
+    return m;
+  }
+}
+
+/** Send batches as one ingest op (one part per batch, concurrently); record which were acknowledged. */
+export async function sendBatches(worker: Worker, ledger: Ledger, batches: readonly Batch[]): Promise<Answer> {
+  const parts: IngestPart[] = batches.map((b) => ({ batchId: b.id, rows: b.rows.map((r) => ({ ...r })) }));
+  for (const b of batches) b.attempts++;
+  const a = await worker.send({ op: 'ingest', source: batches[0]!.source, parts });
+  if ('ok' in a) {
+    const answered = (a.parts as { batchId: string; ok: boolean }[] | undefined) ?? [];
+    for (const b of batches) if (a.ok || answered.find((p) => p.batchId === b.id)?.ok) ledger.ack(b);
+  }
+  return a;
+}
+
+/** New rows of one source split into `spools` batches, sent at once. */
+export async function ingest(
+  worker: Worker,
+  ledger: Ledger,
+  cache: string,
+  source: string,
+  rows: readonly SimRow[],
+  spools: number,
+): Promise<{ answer: Answer; batches: Batch[] }> {
+  const per = Math.ceil(rows.length / spools);
+  const batches = Array.from({ length: spools }, (_, i) => rows.slice(i * per, (i + 1) * per))
+    .filter((p) => p.length)
+    .map((p) => ledger.batch(cache, source, p));
+  return { answer: await sendBatches(worker, ledger, batches), batches };
 }
 
 async function walk(dir: string, suffix: string): Promise<string[]> {
   const out: string[] = [];
   let entries: import('node:fs').Dirent[] = [];
   try {
-    entries = await readdir(dir, { withFileTypes: true });
+    entries = await fsp.readdir(dir, { withFileTypes: true });
   } catch {
     return out;
   }
@@ -224,14 +458,42 @@ async function walk(dir: string, suffix: string): Promise<string[]> {
   return out;
 }
 
-async function decodeIds(files: string[]): Promise<number[]> {
-  const ids: number[] = [];
-  for (const f of files) {
-    const t = tableFromIPC(pw.readParquet(await readFile(f)).intoIPCStream());
-    if (t.schema.fields.some((x) => x.name.startsWith('_hyp_'))) throw new Error(`${f} carries an internal column`);
-    for (const v of t.getChild('id')!.toArray() as BigInt64Array) ids.push(Number(v));
+/** Decoded Parquet files, by path and version (size, mtime): blobs and cache files never change in place but for damage. */
+const decoded = new Map<string, { key: string; ids: number[]; seqs: (string | null)[] }>();
+const fileKey = (st: Stats) => `${st.size}:${st.mtimeMs}:${st.ino}`;
+
+function decodeParquet(bytes: Uint8Array, path: string, withSeq: boolean): { ids: number[]; seqs: (string | null)[] } {
+  const t = tableFromIPC(pw.readParquet(bytes, withSeq ? { columns: ['id', SEQ] } : undefined).intoIPCStream());
+  if (!withSeq && t.schema.fields.some((x) => x.name.startsWith('_hyp_'))) throw new Error(`${path} carries an internal column`);
+  const ids = Array.from(t.getChild('id')!.toArray() as BigInt64Array, Number);
+  const s = withSeq ? t.getChild(SEQ) : null;
+  const seqs = withSeq ? Array.from({ length: t.numRows }, (_, i) => (s?.get(i) as bigint | null)?.toString() ?? null) : [];
+  return { ids, seqs };
+}
+
+/** Keeps the decoded table of a data file the world damaged, so the oracle reads what it held. */
+export const damagedInodes = new Map<string, { ids: number[]; seqs: (string | null)[] }>();
+
+async function readParquetFile(path: string, withSeq: boolean): Promise<{ ids: number[]; seqs: (string | null)[] } | undefined> {
+  let st: Stats;
+  try {
+    st = await fsp.stat(path);
+  } catch {
+    return undefined;
   }
-  return ids;
+  const k = fileKey(st);
+  const hit = decoded.get(path);
+  if (hit?.key === k) return hit;
+  const dmg = damagedInodes.get(`${st.dev}:${st.ino}`);
+  if (dmg) return dmg;
+  const v = { key: k, ...decodeParquet(await fsp.readFile(path), path, withSeq) };
+  decoded.set(path, v);
+  return v;
+}
+
+/** Forget decoded files under a dir (a scenario's dir, once it is removed). */
+export function forgetDecoded(dir: string): void {
+  for (const p of decoded.keys()) if (p.startsWith(dir)) decoded.delete(p);
 }
 
 /** Watermarks never move backwards: compare every record with the last reading. */
@@ -239,12 +501,19 @@ export class WatermarkWatch {
   private marks = new Map<string, bigint>();
   constructor(private readonly stateDir: string) {}
 
-  async check(when: string, problems: string[]): Promise<void> {
+  /** A reset sink starts over: its records may go back or disappear. */
+  forget(sink: string): void {
+    const dir = `${join(this.stateDir, 'sinks', encodeSegment(sink))}/`;
+    for (const f of [...this.marks.keys()]) if (f.startsWith(dir)) this.marks.delete(f);
+  }
+
+  async check(when: string, problems: Problems | string[]): Promise<void> {
+    const add = (what: string) => (Array.isArray(problems) ? problems.push(`${when}: ${what}`) : problems.add(when, what));
     const now = new Map<string, bigint>();
     for (const f of await walk(join(this.stateDir, 'sinks'), '.json')) {
       if (!f.includes('/watermarks/')) continue;
       try {
-        const rec = JSON.parse(await readFile(f, 'utf8')) as { continuation: { seq: string } | null };
+        const rec = JSON.parse(await fsp.readFile(f, 'utf8')) as { continuation: { seq: string } | null };
         now.set(f, rec.continuation ? BigInt(rec.continuation.seq) : -1n);
       } catch {
         // a write-file-atomic temp file mid-rename: not a record
@@ -252,42 +521,188 @@ export class WatermarkWatch {
     }
     for (const [f, seq] of now) {
       const before = this.marks.get(f);
-      if (before !== undefined && seq < before) problems.push(`${when}: watermark ${f} went back from ${before} to ${seq}`);
+      if (before !== undefined && seq < before) add(`watermark ${relative(this.stateDir, f)} went back from ${before} to ${seq}`);
     }
-    for (const [f, seq] of this.marks) if (!now.has(f)) problems.push(`${when}: watermark ${f} (at ${seq}) disappeared`);
+    for (const [f, seq] of this.marks) if (!now.has(f)) add(`watermark ${relative(this.stateDir, f)} (at ${seq}) disappeared`);
     this.marks = now;
   }
 }
 
-interface PartitionFacts {
+/** Problems of one scenario, each distinct one reported once (at the step it first showed). */
+export class Problems {
+  private readonly seen = new Set<string>();
+  readonly list: string[] = [];
+
+  /** `key` names the kind of problem and where: only its first showing is reported (default: the text). */
+  add(when: string, what: string, key = what): void {
+    if (this.seen.has(key)) return;
+    this.seen.add(key);
+    this.list.push(when ? `${when}: ${what}` : what);
+  }
+
+  get length(): number {
+    return this.list.length;
+  }
+}
+
+export interface PartitionFacts {
   source: string;
+  watermark?: string | null;
   pendingRows: number;
+  exportedRows: number;
   intent: unknown;
   gapRows: number;
   committedRows: number;
   lastError: string | null;
 }
-interface StatusFacts {
+export interface StatusFacts {
   sinks: { name: string; partitions: PartitionFacts[] }[];
 }
 
-/** The clean run: no faults, export every sink until nothing is pending. Returns the final status. */
-export async function settle(worker: Worker, problems: string[]): Promise<StatusFacts> {
+type Counts = Map<number, number>;
+const bump = (m: Counts, id: number, n = 1) => m.set(id, (m.get(id) ?? 0) + n);
+
+/** Committed rows of one partition, by seq, as read from the cache after each step. */
+interface PartitionSeen {
+  /** seq → row id, and the observation at which it was first seen. */
+  readonly seqs: Map<string, { id: number; tick: number }>;
+  /** Seqs in the current generation. */
+  present: Set<string>;
+}
+
+/** A sink's destination as the oracle reads it: the files dir or the lake prefix. */
+export interface Destination {
+  /** The current one. */
+  where: string;
+  /** Earlier ones still read too: a move the operator has not decided yet. */
+  also: string[];
+}
+
+/** A sink reset by the operator: it owes the rows in the cache at the reset and every row committed after. */
+interface Reset {
+  readonly tick: number;
+  readonly present: Map<string, Set<string>>;
+}
+
+/** One cache of a scenario: its dir, its config, what it committed, and where its sinks deliver. */
+export class CacheView {
+  readonly watch: WatermarkWatch;
+  readonly parts = new Map<string, PartitionSeen>();
+  readonly dest: Record<'files' | 'lake', Destination>;
+  readonly resets = new Map<SinkName, Reset>();
+  configPath = '';
+
+  constructor(
+    readonly name: string,
+    readonly dir: string,
+    readonly sources: readonly string[],
+    public opts: ScenarioOptions,
+  ) {
+    this.watch = new WatermarkWatch(join(dir, 'state'));
+    this.dest = { files: { where: opts.filesDir ?? 'exports', also: [] }, lake: { where: opts.prefix, also: [] } };
+  }
+
+  get sinks(): readonly SinkName[] {
+    return this.opts.sinks ?? SINKS;
+  }
+
+  partitionDir(source: string): string {
+    return join(this.dir, 'cache', 'datasets', 'events', `source=${encodeSegment(source)}`);
+  }
+
+  /** The data files of a partition's current generation, in manifest order, with their seq ranges. */
+  async currentFiles(source: string): Promise<{ path: string; rows: number; minSeq: string | null; maxSeq: string | null }[] | undefined> {
+    const pdir = this.partitionDir(source);
+    let gen: number;
+    try {
+      gen = (JSON.parse(await fsp.readFile(join(pdir, 'cursor.json'), 'utf8')) as { generation: number }).generation;
+    } catch {
+      return undefined;
+    }
+    const gdir = join(pdir, `table-${gen}`);
+    try {
+      const m = JSON.parse(await fsp.readFile(join(gdir, 'manifest.json'), 'utf8')) as {
+        files: { name: string; rows: number; minSeq: string | null; maxSeq: string | null }[];
+      };
+      return m.files.map((f) => ({ path: join(gdir, f.name), rows: f.rows, minSeq: f.minSeq, maxSeq: f.maxSeq }));
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Read what the cache holds now: new seqs are committed rows. */
+  async observe(tick: number): Promise<void> {
+    for (const source of this.sources) {
+      const files = await this.currentFiles(source);
+      if (!files) continue;
+      let seen = this.parts.get(source);
+      if (!seen) {
+        seen = { seqs: new Map(), present: new Set() };
+        this.parts.set(source, seen);
+      }
+      const present = new Set<string>();
+      for (const f of files) {
+        // A file that cannot be read now (damaged behind the world's back) holds seqs seen before.
+        const t = await readParquetFile(f.path, true).catch(() => undefined);
+        if (!t) continue;
+        t.ids.forEach((id, i) => {
+          const seq = t.seqs[i] ?? `legacy:${f.path}:${i}`;
+          present.add(seq);
+          if (!seen.seqs.has(seq)) seen.seqs.set(seq, { id, tick });
+        });
+      }
+      seen.present = present;
+    }
+  }
+
+  /** Committed multiset of a partition (for a reset sink: what it owes since the reset). */
+  committed(source: string, sink?: SinkName): Counts {
+    const out: Counts = new Map();
+    const seen = this.parts.get(source);
+    if (!seen) return out;
+    const reset = sink ? this.resets.get(sink) : undefined;
+    const atReset = reset?.present.get(source);
+    for (const [seq, { id, tick }] of seen.seqs) {
+      if (reset && !(atReset?.has(seq) || tick > reset.tick)) continue;
+      bump(out, id);
+    }
+    return out;
+  }
+
+  /** What a files or lake destination holds for a partition, every place it is read from. */
+  async delivered(world: World, sink: 'files' | 'lake', source: string): Promise<Counts> {
+    const out: Counts = new Map();
+    const seg = `source=${encodeSegment(source)}`;
+    const d = this.dest[sink];
+    for (const where of [d.where, ...d.also]) {
+      const files =
+        sink === 'files'
+          ? await walk(join(this.dir, where, 'events', seg), '.parquet')
+          : await walk(join(world.s3.directory, 'simlake', ...where.split('/'), 'events', seg), '._S3rver_object');
+      for (const f of files) for (const id of (await readParquetFile(f, false))?.ids ?? []) bump(out, id);
+    }
+    return out;
+  }
+}
+
+/** The clean run: no faults, export every configured sink until nothing is pending. Returns the final status. */
+export async function settle(worker: Worker, sinks: readonly string[], problems: Problems, label = ''): Promise<StatusFacts> {
   let status: StatusFacts | undefined;
   for (let round = 0; round < 6; round++) {
     await worker.send({ op: 'disarm' });
     await worker.send({ op: 'flush' });
-    for (const sink of SINKS) await worker.send({ op: 'export', sink });
+    for (const sink of sinks) await worker.send({ op: 'export', sink });
     const st = (await worker.send({ op: 'status' })) as unknown as { status?: StatusFacts };
     status = st.status;
     if (status?.sinks.every((s) => s.partitions.every((p) => p.pendingRows === 0 && p.intent === null && p.lastError === null))) return status;
   }
-  problems.push(`the clean run did not settle: ${JSON.stringify(status)}`);
+  problems.add('clean run', `${label}did not settle: ${JSON.stringify(status)}`);
   return status ?? { sinks: [] };
 }
 
 /**
- * Per sink and partition: no row twice, no row that was not ingested there,
+ * The older oracle, over sets (every row distinct, acknowledged rows per source):
+ * per sink and partition, no row twice, no row that was not ingested there,
  * every acknowledged row delivered unless reported in the gap, and
  * delivered + gap = committed. `receiverDir` defaults to the world's.
  */
@@ -304,10 +719,13 @@ export async function checkDestinations(
   for (const sink of status.sinks) {
     for (const p of sink.partitions) {
       const seg = encodeSegment(p.source);
-      let delivered: number[];
-      if (sink.name === 'files') delivered = await decodeIds(await walk(join(dir, 'exports', 'events', `source=${seg}`), '.parquet'));
-      else if (sink.name === 'lake') {
-        delivered = await decodeIds(await walk(join(world.s3.directory, 'simlake', ...prefix.split('/'), 'events', `source=${seg}`), '._S3rver_object'));
+      let delivered: number[] = [];
+      if (sink.name === 'files') {
+        for (const f of await walk(join(dir, 'exports', 'events', `source=${seg}`), '.parquet')) delivered.push(...((await readParquetFile(f, false))?.ids ?? []));
+      } else if (sink.name === 'lake') {
+        for (const f of await walk(join(world.s3.directory, 'simlake', ...prefix.split('/'), 'events', `source=${seg}`), '._S3rver_object')) {
+          delivered.push(...((await readParquetFile(f, false))?.ids ?? []));
+        }
       } else delivered = (stored.rows.events?.[p.source] ?? []).map((row) => Number(row.id));
       const where = `${sink.name} ${p.source}`;
       const seen = new Set<number>();
@@ -322,6 +740,199 @@ export async function checkDestinations(
       }
       if (seen.size + p.gapRows !== p.committedRows) problems.push(`${where}: delivered ${seen.size} + gap ${p.gapRows} ≠ committed ${p.committedRows}`);
       if (p.intent !== null) problems.push(`${where}: intent left open ${JSON.stringify(p.intent)}`);
+    }
+  }
+}
+
+const firstIds = (ids: number[]) => ids.slice(0, 5).join(',') + (ids.length > 5 ? ',…' : '');
+
+/**
+ * The oracle over a scenario's caches (one, or two forwarding to the one
+ * receiver: its rows of a partition are the two caches' central deliveries).
+ */
+export class Oracle {
+  readonly views: CacheView[] = [];
+  private tick = 0;
+  /** Rows of the receiver read from this dir with readStored (a receiver of the scenario's own), else the world's. */
+  receiverDir: string | undefined;
+
+  constructor(
+    private readonly world: World,
+    readonly ledger: Ledger,
+  ) {}
+
+  add(view: CacheView): CacheView {
+    this.views.push(view);
+    return view;
+  }
+
+  async observe(view: CacheView): Promise<number> {
+    await view.observe(++this.tick);
+    return this.tick;
+  }
+
+  /** The operator reset a sink of a cache: from now on it owes what the cache holds and what comes after. */
+  async reset(view: CacheView, sink: SinkName): Promise<void> {
+    const tick = await this.observe(view);
+    const present = new Map<string, Set<string>>();
+    for (const [source, seen] of view.parts) present.set(source, new Set(seen.present));
+    view.resets.set(sink, { tick, present });
+    view.watch.forget(sink);
+  }
+
+  private async central(source: string): Promise<Counts> {
+    const out: Counts = new Map();
+    const rows = this.receiverDir
+      ? ((await readStored(this.receiverDir)).rows.events?.[source] ?? [])
+      : await this.world.receiverRows('events', source);
+    for (const r of rows) bump(out, Number(r.id));
+    return out;
+  }
+
+  private async delivered(view: CacheView, sink: string, source: string): Promise<Counts> {
+    if (sink === 'central') return this.central(source);
+    return view.delivered(this.world, sink as 'files' | 'lake', source);
+  }
+
+  /** What a sink may hold of a partition: committed, by this cache (central: by every cache of the scenario). */
+  private owed(view: CacheView, sink: string, source: string): Counts {
+    if (sink !== 'central') return view.committed(source, sink as SinkName);
+    const out: Counts = new Map();
+    for (const v of this.views) for (const [id, n] of v.committed(source)) bump(out, id, n);
+    return out;
+  }
+
+  private overDelivery(when: string, where: string, source: string, delivered: Counts, owed: Counts, problems: Problems): void {
+    const never: number[] = [];
+    const over: string[] = [];
+    for (const [id, n] of delivered) {
+      const m = owed.get(id) ?? 0;
+      if (n <= m) continue;
+      if (!this.ledger.wasSent(source, id)) never.push(id);
+      else over.push(`${id} (${n}×, committed ${m}×)`);
+    }
+    if (never.length) problems.add(when, `${where}: ${never.length} rows never ingested here (first ${firstIds(never)})`, `${where} never`);
+    if (over.length) {
+      problems.add(when, `${where}: ${over.length} rows delivered more often than committed: ${over.slice(0, 4).join(', ')}${over.length > 4 ? ', …' : ''}`, `${where} over`);
+    }
+  }
+
+  /** The first hop: no batch committed twice (a retried ingest, same batch id, same rows). */
+  private firstHop(when: string, view: CacheView, problems: Problems, final: boolean): void {
+    for (const source of view.sources) {
+      const sent = this.ledger.counts(view.name, source);
+      const committed = view.committed(source);
+      const twice: string[] = [];
+      for (const [id, n] of committed) {
+        const s = sent.get(id)?.sent ?? 0;
+        if (n > s) twice.push(`${id} (${n}×, in ${s} batch${s === 1 ? '' : 'es'})`);
+      }
+      const tag = this.views.length > 1 ? `cache ${view.name} ` : '';
+      if (twice.length) {
+        const what = `${tag}${source}: ${twice.length} rows committed more often than sent (first hop): ${twice.slice(0, 4).join(', ')}${twice.length > 4 ? ', …' : ''}`;
+        problems.add(when, what, `${tag}${source} twice`);
+      }
+      if (!final) continue;
+      const lost: number[] = [];
+      for (const [id, c] of sent) if ((committed.get(id) ?? 0) < c.acked) lost.push(id);
+      if (lost.length) problems.add(when, `${tag}${source}: ${lost.length} acknowledged rows never committed (first ${firstIds(lost)})`);
+    }
+  }
+
+  /** The checks after every step, on the cache open now (`status` its status; absent when it could not be read). */
+  async step(when: string, view: CacheView, status: StatusFacts | undefined, problems: Problems, skipIdentity = false): Promise<void> {
+    await this.observe(view);
+    await view.watch.check(when, problems);
+    this.firstHop(when, view, problems, false);
+    const tag = this.views.length > 1 ? `cache ${view.name} ` : '';
+    for (const sink of status?.sinks ?? []) {
+      for (const p of sink.partitions) {
+        const where = `${tag}${sink.name} ${p.source}`;
+        if (!skipIdentity && !view.resets.has(sink.name as SinkName) && p.exportedRows + p.gapRows + p.pendingRows !== p.committedRows) {
+          problems.add(when, `${where}: exported ${p.exportedRows} + gap ${p.gapRows} + pending ${p.pendingRows} ≠ committed ${p.committedRows}`, `${where} identity`);
+        }
+        const d = await this.delivered(view, sink.name, p.source);
+        this.overDelivery(when, sink.name === 'central' ? `central ${p.source}` : where, p.source, d, this.owed(view, sink.name, p.source), problems);
+      }
+    }
+  }
+
+  /** After the clean run of every cache: `statuses` in the order of `views`. */
+  async final(statuses: readonly StatusFacts[], problems: Problems, label = ''): Promise<void> {
+    const when = `after the clean run${label}`;
+    const centralGap = new Map<string, number>();
+    const perView: { view: CacheView; sink: string; source: string; delivered: Counts; gap: number; reset: boolean }[] = [];
+    for (let i = 0; i < this.views.length; i++) {
+      const view = this.views[i]!;
+      const st = statuses[i] ?? { sinks: [] };
+      await this.observe(view);
+      this.firstHop(when, view, problems, true);
+      const tag = this.views.length > 1 ? `cache ${view.name} ` : '';
+      for (const sink of st.sinks) {
+        for (const p of sink.partitions) {
+          const where = `${tag}${sink.name} ${p.source}`;
+          const reset = view.resets.has(sink.name as SinkName);
+          if (p.intent !== null) problems.add(when, `${where}: intent left open ${JSON.stringify(p.intent)}`);
+          if (!reset && p.exportedRows + p.gapRows + p.pendingRows !== p.committedRows) {
+            problems.add(when, `${where}: exported ${p.exportedRows} + gap ${p.gapRows} + pending ${p.pendingRows} ≠ committed ${p.committedRows}`, `${where} identity final`);
+          }
+          if (sink.name === 'central') centralGap.set(p.source, (centralGap.get(p.source) ?? 0) + p.gapRows);
+          const delivered = await this.delivered(view, sink.name, p.source);
+          perView.push({ view, sink: sink.name, source: p.source, delivered, gap: p.gapRows, reset });
+          if (sink.name === 'central') continue;
+          const owed = view.committed(p.source, sink.name as SinkName);
+          this.overDelivery(when, where, p.source, delivered, owed, problems);
+          this.missing(when, where, delivered, owed, p.gapRows, reset, problems);
+        }
+      }
+    }
+    // The receiver: every cache's central rows of a partition together.
+    for (const [source, gap] of centralGap) {
+      const delivered = await this.central(source);
+      const owed = this.owed(this.views[0]!, 'central', source);
+      this.overDelivery(when, `central ${source}`, source, delivered, owed, problems);
+      this.missing(when, `central ${source}`, delivered, owed, gap, false, problems);
+    }
+    // Two sinks of a cache never disagree about a row both delivered (unless the one with fewer copies reports a gap).
+    for (const view of this.views) {
+      for (const source of view.sources) {
+        const mine = perView.filter((x) => x.view === view && x.source === source);
+        for (let a = 0; a < mine.length; a++) {
+          for (let b = a + 1; b < mine.length; b++) {
+            const x = mine[a]!;
+            const y = mine[b]!;
+            const differ: string[] = [];
+            for (const [id, n] of x.delivered) {
+              const m = y.delivered.get(id) ?? 0;
+              if (m === 0 || m === n) continue;
+              const fewer = n < m ? x : y;
+              if (fewer.gap > 0 || fewer.reset) continue;
+              differ.push(`${id} (${n}× vs ${m}×)`);
+            }
+            if (differ.length) {
+              const tag = this.views.length > 1 ? `cache ${view.name} ` : '';
+              problems.add(when, `${tag}${source}: ${x.sink} and ${y.sink} disagree on ${differ.length} rows both delivered: ${differ.slice(0, 4).join(', ')}`);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  /** delivered = owed − gap, exactly (for a reset sink: at most the gap short). */
+  private missing(when: string, where: string, delivered: Counts, owed: Counts, gap: number, reset: boolean, problems: Problems): void {
+    const short: number[] = [];
+    let deficit = 0;
+    for (const [id, n] of owed) {
+      const d = delivered.get(id) ?? 0;
+      if (d < n) {
+        deficit += n - d;
+        short.push(id);
+      }
+    }
+    if (reset ? deficit > gap : deficit !== gap) {
+      const what = reset ? 'rows in the cache at its reset or committed since' : this.views.length > 1 && where.startsWith('central') ? 'rows committed by the caches' : 'committed rows';
+      problems.add(when, `${where}: ${deficit} ${what} not delivered (first ${firstIds(short)}), gap reported ${gap}`);
     }
   }
 }

@@ -1,5 +1,5 @@
 /**
- * `npm run sim -- --seeds N [--start S] [--lanes L]` runs seeds S..S+N-1 and
+ * `npx tsx test/sim/main.ts --seeds N [--start S] [--lanes L]` runs seeds S..S+N-1 and
  * prints a line per failing seed with the command that replays it exactly.
  * `npm run sim:soak` runs seeds until stopped (Ctrl-C) and reports the count.
  */
@@ -14,12 +14,14 @@ export async function runSeeds(start: number, count: number, lanes: number, onRe
   const end = count === Number.POSITIVE_INFINITY ? Number.POSITIVE_INFINITY : start + count;
   try {
     await Promise.all(
-      Array.from({ length: lanes }, async () => {
-        const worker = newWorker(world);
+      Array.from({ length: lanes }, async (_, i) => {
+        // Each lane has its own proxies: one lane's 413 limit or 429 burst never meets another's requests.
+        const lane = await world.lane(i);
+        const worker = newWorker(lane);
         try {
           while (next < end && !stop?.()) {
             const seed = next++;
-            const r = await runSeed(seed, world, worker);
+            const r = await runSeed(seed, lane, worker);
             results.push(r);
             onResult?.(r);
           }
@@ -36,7 +38,7 @@ export async function runSeeds(start: number, count: number, lanes: number, onRe
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { seeds: { type: 'string', default: '20' }, start: { type: 'string', default: '1' }, lanes: { type: 'string', default: '2' }, soak: { type: 'boolean', default: false } },
+    options: { seeds: { type: 'string', default: '20' }, start: { type: 'string', default: '1' }, lanes: { type: 'string', default: '3' }, soak: { type: 'boolean', default: false } },
   });
   const start = Number(values.start);
   const count = values.soak ? Number.POSITIVE_INFINITY : Number(values.seeds);
@@ -55,7 +57,10 @@ async function main(): Promise<void> {
     }
   }, () => stopping);
   const secs = ((Date.now() - t0) / 1000).toFixed(1);
-  process.stdout.write(`sim: ${results.length} seeds run, ${failed} failed, ${crashes} crashes, ${secs} s\n`);
+  const cpu = process.cpuUsage();
+  process.stdout.write(
+    `sim: ${results.length} seeds run, ${failed} failed, ${crashes} crashes, ${secs} s (driver CPU ${((cpu.user + cpu.system) / 1e6).toFixed(1)} s)\n`,
+  );
   process.exitCode = failed ? 1 : 0;
 }
 

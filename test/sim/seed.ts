@@ -1,17 +1,42 @@
 /**
  * One seed of the simulation: a random interleaving of ingest (several spools
- * into one partition at once), export for each sink, retention (with forced
- * prunes under a hard cap), compaction, receiver 429/503 bursts, S3 5xx and
- * slow answers, and crashes at random fault points — then a clean run and the
- * oracle: per sink and partition, delivered rows = committed rows minus the
- * reported gap, no duplicate, watermarks never decreased, no open intent.
+ * into one partition at once, identical rows in separate ingests, retries of
+ * failed or crashed ingests with the same batch id and rows), export for each
+ * sink, retention (ack-coupled or not, with forced prunes under a hard cap),
+ * compaction, receiver 429/503 bursts and a lowered body limit (413), S3 5xx
+ * and slow answers, crashes at random fault points, damaged cache data files
+ * restored from backup, config changes between steps (a sink left out and
+ * brought back, unit limits, a nullable column added, a destination moved by
+ * an operator who then resets the sink or moves the files and accepts), and a
+ * second cache forwarding to the same receiver — then a clean run. The oracle
+ * (harness.ts) checks after every step and after the clean run.
  */
+import { promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { tableFromIPC } from 'apache-arrow';
+import * as pw from 'parquet-wasm/node';
 import { rng } from '../../fixtures/demo/generate.js';
+import { encodeSegment } from '../../kernel/cache/segments.js';
 import type { FaultRule } from '../support/fault-proxy.js';
-import { checkDestinations, Ledger, POINTS_BY_OP, SINKS, settle, WatermarkWatch, type Worker, writeScenarioConfig } from './harness.js';
+import {
+  type Answer,
+  type Batch,
+  CacheView,
+  damagedInodes,
+  forgetDecoded,
+  Ledger,
+  Oracle,
+  POINTS_BY_OP,
+  Problems,
+  type SinkName,
+  type StatusFacts,
+  sendBatches,
+  settle,
+  type Worker,
+  writeScenarioConfig,
+} from './harness.js';
 import type { World } from './world.js';
 import type { WorkerOp } from './worker.js';
 
@@ -26,92 +51,725 @@ export interface SeedResult {
   readonly replay: string;
 }
 
-export async function runSeed(seed: number, world: World, worker: Worker): Promise<SeedResult> {
-  const r = rng(seed);
-  const int = (lo: number, hi: number) => lo + Math.floor(r() * (hi - lo + 1));
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
-  const dir = await mkdtemp(join(tmpdir(), `hypsink-sim-${seed}-`));
-  const sources = [`s${seed}a`, `s${seed}b`].slice(0, int(1, 2));
-  const prefix = `sim/${seed}`;
-  const configPath = await writeScenarioConfig(dir, world, {
-    prefix,
-    unitRows: int(3, 40),
-    seqBlockSize: int(1, 64),
-    rowGroupRows: int(4, 50),
-    partSize: pick([1024, 8 * 1024 * 1024]),
-  });
-  await worker.use(configPath);
-  const problems: string[] = [];
-  const ledger = new Ledger();
-  const watch = new WatermarkWatch(join(dir, 'state'));
-  const steps = int(5, 12);
-  let armed = 0;
-  try {
-    for (let step = 0; step < steps; step++) {
-      const dice = r();
-      const x = r();
-      let op: WorkerOp;
-      if (x < 0.35) {
-        const source = pick(sources);
-        op = { op: 'ingest', source, rows: ledger.rows(source, int(1, 40)), spools: int(1, 3) };
-      } else if (x < 0.7) {
-        op = { op: 'export', sink: pick(SINKS) };
-      } else if (x < 0.8) {
-        op = { op: 'retention', maxRows: int(5, 80), hardMaxRows: r() < 0.4 ? int(10, 60) : undefined };
-      } else if (x < 0.87) {
-        op = { op: 'compact' };
-      } else if (x < 0.94) {
-        // A burst of backpressure: 429/503 with a usable, zero, garbage or absent Retry-After.
-        const left = { n: int(1, 4) };
-        const status = pick([429, 503]);
-        const retryAfter = pick(['0', '1', 'garbage', undefined]);
-        const rule: FaultRule = () => {
-          if (left.n <= 0) return undefined;
-          left.n--;
-          return { kind: 'respond', status, headers: retryAfter === undefined ? {} : { 'retry-after': retryAfter } };
-        };
-        world.setReceiverRule(rule);
-        op = { op: 'export', sink: 'central' };
-      } else {
-        const left = { n: int(1, 3) };
-        const slow = r() < 0.5;
-        world.setS3Rule(() => {
-          if (left.n <= 0) return undefined;
-          left.n--;
-          return slow ? { kind: 'delay', ms: 30 } : { kind: 'respond', status: 500, body: '<Error><Code>InternalError</Code></Error>' };
-        });
-        op = { op: 'export', sink: 'lake' };
-      }
-      // Crashes favour exports, where a crash meets the write-ahead intent.
-      const crash = armed < 1 && dice < (op.op === 'export' ? 0.2 : 0.05);
-      if (crash) {
-        armed++;
-        const points = POINTS_BY_OP[op.op === 'export' ? `export ${op.sink}` : op.op] ?? [];
-        if (points.length) await worker.send({ op: 'arm', point: pick(points), at: r() < 0.3 ? 2 : 1 });
-      }
-      const answer = await worker.send(op);
-      if (op.op === 'ingest' && 'ok' in answer && answer.ok) ledger.ack(op.source, op.rows);
-      if ('ok' in answer && !answer.ok && op.op !== 'export') problems.push(`step ${step} ${op.op} failed: ${String(answer.error)}`);
-      if (crash && !('died' in answer)) await worker.send({ op: 'disarm' });
-      if (crash && 'died' in answer && op.op === 'export') {
-        // The case the write-ahead intent exists for: new rows arrive before the retry.
-        for (const source of sources) {
-          const rows = ledger.rows(source, int(1, 10));
-          const a = await worker.send({ op: 'ingest', source, rows, spools: 1 });
-          if ('ok' in a && a.ok) ledger.ack(source, rows);
-        }
-      }
-      world.setReceiverRule(undefined);
-      world.setS3Rule(undefined);
-      await watch.check(`step ${step} (${op.op})`, problems);
-    }
-    const status = await settle(worker, problems);
-    await watch.check('clean run', problems);
-    await checkDestinations(dir, world, prefix, ledger, status, problems);
-  } catch (e) {
-    problems.push(`harness: ${(e as Error).stack}`);
+interface Damage {
+  readonly view: CacheView;
+  readonly path: string;
+  readonly kind: 'truncate' | 'zeros' | 'eio';
+  readonly original: Buffer;
+  readonly inode: string;
+  readonly restoreAt: number;
+}
+
+interface Move {
+  readonly view: CacheView;
+  readonly sink: 'files' | 'lake';
+  readonly from: string;
+  readonly to: string;
+  readonly decideAt: number;
+}
+
+const ok = (a: Answer) => 'ok' in a && a.ok;
+
+/** A step's operation: a worker op, or the host sending `n` fresh rows of a source. */
+type SimOp = WorkerOp | { op: 'send'; source: string; n: number };
+const died = (a: Answer) => 'died' in a;
+const BLOB: readonly ('files' | 'lake')[] = ['files', 'lake'];
+
+class Scenario {
+  readonly r: () => number;
+  readonly problems = new Problems();
+  readonly ledger: Ledger;
+  readonly oracle: Oracle;
+  readonly views: CacheView[] = [];
+  cur!: CacheView;
+  step = 0;
+  when = 'setup';
+  /** Crashes armed so far (a budget per seed). */
+  armed = 0;
+  /** Batches neither acknowledged nor given up: the host sends them again, same id and rows. */
+  retries: Batch[][] = [];
+  damage: Damage | undefined;
+  move: Move | undefined;
+  absent: { view: CacheView; sink: SinkName; backAt: number } | undefined;
+  limitLiftAt: number | undefined;
+  moves = 0;
+  /** The last status of the open cache (watermarks pick a file to damage). */
+  last: StatusFacts | undefined;
+  /** What happened in this step, for the problem lines (and the trace). */
+  notes: string[] = [];
+  /** Ingests of the first cache the second one has not had yet: it gets the same shapes (sizes, parts), so its seqs and units line up. */
+  mirror: { source: string; sizes: number[] }[] = [];
+
+  constructor(
+    readonly seed: number,
+    readonly world: World,
+    readonly worker: Worker,
+  ) {
+    this.r = rng(seed);
+    this.ledger = new Ledger(`s${seed}`);
+    this.oracle = new Oracle(world, this.ledger);
   }
-  if (problems.length === 0) await rm(dir, { recursive: true, force: true });
-  else problems.push(`state kept in ${dir}`);
-  return { seed, ok: problems.length === 0, problems, steps, crashes: worker.crashes, replay: `npm run sim -- --seeds 1 --start ${seed}` };
+
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.r() * (hi - lo + 1));
+  }
+  pick<T>(xs: readonly T[]): T {
+    return xs[Math.floor(this.r() * xs.length)]!;
+  }
+  chance(p: number): boolean {
+    return this.r() < p;
+  }
+
+  note(what: string): void {
+    this.notes.push(what);
+    if (process.env.SIM_TRACE) process.stderr.write(`  world: ${what}\n`);
+  }
+
+  get label(): string {
+    // What holds across steps too: a damaged file, a lowered limit, a sink left out, a move not decided.
+    const holds = [
+      this.damage && `${this.damage.path.split('/').pop()} damaged`,
+      this.world.receiverLimit !== undefined && `receiver limit ${this.world.receiverLimit}`,
+      this.absent && `${this.absent.sink} left out`,
+      this.move && `${this.move.sink} moved, undecided`,
+    ].filter(Boolean);
+    const all = [...this.notes, ...(holds.length ? [`while ${holds.join(', ')}`] : [])];
+    return all.length ? `${this.when} [${all.join('; ')}]` : this.when;
+  }
+
+  /** An answer that must be ok unless the world made it fail. */
+  expect(what: string, a: Answer, allowed: boolean): void {
+    if ('ok' in a && !a.ok && !allowed) this.problems.add(this.label, `${what} failed: ${String(a.error)}`);
+  }
+
+  async reopen(view: CacheView): Promise<void> {
+    view.configPath = await writeScenarioConfig(view.dir, this.world, view.opts);
+    if (view !== this.cur) return;
+    const a = await this.worker.use(view.configPath);
+    if (a) this.expect('open', a, false);
+  }
+
+  async switchTo(view: CacheView): Promise<void> {
+    this.cur = view;
+    const a = await this.worker.use(view.configPath);
+    if (a) this.expect('open', a, false);
+  }
+
+  // ---- ingest -------------------------------------------------------------
+
+  /** Send batches; a batch not acknowledged goes to the retry queue. */
+  async send(batches: Batch[], allowFail: boolean): Promise<Answer> {
+    const a = await sendBatches(this.worker, this.ledger, batches);
+    // Read the cache now: a row committed here is seen before any later prune or fold in this step.
+    await this.oracle.observe(this.cur);
+    this.expect('ingest', a, allowFail || died(a) || this.damage !== undefined);
+    const left = batches.filter((b) => !b.acked && b.attempts < 4);
+    if (left.length) this.retries.push(left);
+    return a;
+  }
+
+  async ingestFresh(source: string, n: number, spools: number, allowFail = false): Promise<Answer> {
+    const per = Math.ceil(n / spools);
+    const sizes = Array.from({ length: spools }, (_, i) => Math.min(per, n - i * per)).filter((x) => x > 0);
+    if (this.views.length > 1 && this.cur === this.views[0]) this.mirror.push({ source, sizes });
+    const batches = sizes.map((k) => this.ledger.batch(this.cur.name, source, this.ledger.fresh(k)));
+    // Now and then, a separate ingest of rows identical to ones already acknowledged.
+    const before = this.ledger.ackedRows(this.cur.name, source);
+    let same = 0;
+    if (before.length && this.chance(0.2)) {
+      const copies = [...new Map(Array.from({ length: this.int(1, 3) }, () => this.pick(before)).map((x) => [x.id, x])).values()];
+      same = copies.length;
+      batches.push(this.ledger.batch(this.cur.name, source, copies));
+    }
+    this.note(`ingest ${source} ${n} rows in ${batches.length - (same ? 1 : 0)}${same ? ` + ${same} identical to earlier rows` : ''}`);
+    return this.send(batches, allowFail);
+  }
+
+  /** The second cache gets what the first was sent, in the same shapes (fresh rows). */
+  async applyMirror(): Promise<void> {
+    if (this.cur === this.views[0]) return;
+    for (const m of this.mirror.splice(0)) {
+      this.note(`ingest ${m.source} ${m.sizes.join('+')} rows (the other cache's shapes)`);
+      await this.send(
+        m.sizes.map((k) => this.ledger.batch(this.cur.name, m.source, this.ledger.fresh(k))),
+        false,
+      );
+    }
+  }
+
+  async retryOne(): Promise<void> {
+    const group = this.retries.shift();
+    if (!group) return;
+    const left = group.filter((b) => !b.acked);
+    if (!left.length) return;
+    // A retry goes to the cache its batch was sent to, wherever the host is now.
+    await this.onCacheOf(left[0]!);
+    this.note(`retry ingest ${left.map((b) => b.id).join(',')} (same batch ids, same rows)`);
+    await this.send(left, false);
+  }
+
+  private async onCacheOf(b: Batch): Promise<void> {
+    const view = this.views.find((v) => v.name === b.cache);
+    if (view && view !== this.cur) await this.switchTo(view);
+  }
+
+  // ---- damage -------------------------------------------------------------
+
+  /** Damage a data file that is not the first of a blob sink's pending range; returns that sink. */
+  async damageFile(): Promise<SinkName | undefined> {
+    const view = this.cur;
+    const sinks = BLOB.filter((s) => view.sinks.includes(s) && !(this.move?.view === view && this.move.sink === s));
+    const cands: { sink: SinkName; path: string }[] = [];
+    for (const st of this.last?.sinks ?? []) {
+      if (!sinks.includes(st.name as 'files')) continue;
+      for (const p of st.partitions) {
+        const w = p.watermark ? BigInt(p.watermark) : -1n;
+        const files = (await view.currentFiles(p.source)) ?? [];
+        const pending = files.filter((f) => f.maxSeq !== null && BigInt(f.maxSeq) > w);
+        for (let i = 1; i < pending.length && i < 3; i++) cands.push({ sink: st.name as SinkName, path: pending[i]!.path });
+      }
+    }
+    if (!cands.length) return undefined;
+    const c = this.pick(cands);
+    const original = await fsp.readFile(c.path);
+    const st = await fsp.stat(c.path);
+    const inode = `${st.dev}:${st.ino}`;
+    const t = tableFromIPC(pw.readParquet(original, { columns: ['id', '_hyp_ingest_seq'] }).intoIPCStream());
+    const seqCol = t.getChild('_hyp_ingest_seq');
+    damagedInodes.set(inode, {
+      ids: Array.from(t.getChild('id')!.toArray() as BigInt64Array, Number),
+      seqs: Array.from({ length: t.numRows }, (_, i) => (seqCol?.get(i) as bigint | null)?.toString() ?? null),
+    });
+    const kind = this.pick(['truncate', 'truncate', 'zeros', 'zeros', 'eio'] as const);
+    const fh = await fsp.open(c.path, 'r+');
+    try {
+      if (kind === 'truncate') await fh.truncate(Math.floor(original.length * (0.2 + 0.6 * this.r())));
+      else if (kind === 'zeros') {
+        const from = Math.floor(original.length * (0.15 + 0.3 * this.r()));
+        const len = Math.max(16, Math.floor(original.length * 0.25));
+        await fh.write(Buffer.alloc(Math.max(1, Math.min(len, original.length - 64 - from))), 0, undefined, from);
+      }
+    } finally {
+      await fh.close();
+    }
+    if (kind === 'eio') await this.worker.send({ op: 'readFault', path: c.path.slice(view.dir.length) });
+    this.damage = { view, path: c.path, kind, original, inode, restoreAt: this.step + this.int(1, 3) };
+    this.note(`damage ${kind} ${c.path.slice(view.dir.length + 1)} (not the first pending file of ${c.sink})`);
+    return c.sink;
+  }
+
+  /** The operator restores the file from backup (same inode, its original bytes). */
+  async restore(): Promise<void> {
+    const d = this.damage;
+    if (!d) return;
+    this.damage = undefined;
+    if (d.kind === 'eio') await this.worker.send({ op: 'readFault', path: null });
+    else {
+      try {
+        const fh = await fsp.open(d.path, 'r+');
+        try {
+          await fh.truncate(0);
+          await fh.write(d.original, 0, d.original.length, 0);
+        } finally {
+          await fh.close();
+        }
+      } catch {
+        // gone with its generation: nothing to restore
+      }
+    }
+    damagedInodes.delete(d.inode);
+    this.note(`restore ${d.path.slice(d.view.dir.length + 1)} from backup`);
+  }
+
+  // ---- config -------------------------------------------------------------
+
+  async hasWatermarks(view: CacheView, sink: SinkName): Promise<boolean> {
+    const dir = join(view.dir, 'state', 'sinks', encodeSegment(sink), 'watermarks', 'events');
+    const names = await fsp.readdir(dir).catch(() => [] as string[]);
+    return names.filter((n) => n.endsWith('.json')).length >= view.parts.size && view.parts.size > 0;
+  }
+
+  async removeSink(view: CacheView, sink: SinkName, back: number): Promise<void> {
+    view.opts = { ...view.opts, sinks: view.sinks.filter((s) => s !== sink) };
+    this.absent = { view, sink, backAt: this.step + back };
+    this.note(`config: sink ${sink} left out`);
+    await this.reopen(view);
+  }
+
+  async bringBack(): Promise<void> {
+    const a = this.absent;
+    if (!a) return;
+    this.absent = undefined;
+    this.note(`config: sink ${a.sink} back`);
+    const all: SinkName[] = ['files', 'lake', 'central'];
+    a.view.opts = { ...a.view.opts, sinks: all.filter((s) => s === a.sink || a.view.sinks.includes(s)) };
+    await this.reopen(a.view);
+  }
+
+  async moveDestination(view: CacheView, sink: 'files' | 'lake'): Promise<void> {
+    const n = ++this.moves;
+    const from = view.dest[sink].where;
+    const to = sink === 'files' ? `exports-m${n}` : `${view.opts.prefix}m${n}`;
+    view.opts = sink === 'files' ? { ...view.opts, filesDir: to } : { ...view.opts, prefix: to };
+    view.dest[sink] = { where: to, also: [from] };
+    this.move = { view, sink, from, to, decideAt: this.step + this.int(1, 2) };
+    this.note(`config: ${sink} destination moved ${from} → ${to} (a new destination)`);
+    await this.reopen(view);
+  }
+
+  /** The operator decides about a moved destination: reset the sink, or move the files over and accept. */
+  async decide(): Promise<void> {
+    const m = this.move;
+    if (!m) return;
+    this.move = undefined;
+    if (m.view !== this.cur) await this.switchTo(m.view);
+    // Only a sink whose watermarks belong to the old destination is refused and needs a decision:
+    // one that had exported nothing before the move simply took the new one.
+    const state = await fsp
+      .readFile(join(m.view.dir, 'state', 'sinks', encodeSegment(m.sink), 'sink.json'), 'utf8')
+      .then((t) => JSON.parse(t) as { destination?: string | null }, () => undefined);
+    const belongs = m.sink === 'files' ? state?.destination?.endsWith(`/${m.from}`) : state?.destination?.includes(`/${m.from}/ at `);
+    if (state !== undefined && !belongs) {
+      m.view.dest[m.sink] = { where: m.to, also: [] };
+      this.note(`no decision about ${m.sink} ${m.from} → ${m.to}: its watermarks never belonged to the old one`);
+      return;
+    }
+    if (this.chance(0.5)) {
+      this.note(`reset ${m.sink} (forgetSink)`);
+      this.expect('forgetSink', await this.worker.send({ op: 'forget', sink: m.sink }), false);
+      await this.oracle.reset(m.view, m.sink);
+    } else {
+      const root = m.sink === 'files' ? m.view.dir : join(this.world.s3.directory, 'simlake');
+      this.note(`move ${m.sink}'s files to the new place, acceptDestination`);
+      await moveTree(join(root, ...m.from.split('/')), join(root, ...m.to.split('/')));
+      this.expect('acceptDestination', await this.worker.send({ op: 'accept', sink: m.sink }), false);
+    }
+    m.view.dest[m.sink] = { where: m.to, also: [] };
+    this.note(`operator decided about ${m.sink} ${m.from} → ${m.to}`);
+  }
+
+  async configChange(): Promise<WorkerOp | undefined> {
+    const view = this.cur;
+    const choices: (() => Promise<WorkerOp | undefined>)[] = [];
+    choices.push(async () => {
+      const sink = this.pick(view.sinks);
+      view.opts = { ...view.opts, unitRowsBySink: { ...view.opts.unitRowsBySink, [sink]: this.int(2, 40) } };
+      this.note(`config: ${sink} unit maxRows ${view.opts.unitRowsBySink?.[sink]}`);
+      await this.reopen(view);
+      return { op: 'export', sink };
+    });
+    if (!view.opts.extraColumn) {
+      choices.push(async () => {
+        await this.addColumn(view);
+        return undefined;
+      });
+    }
+    if (!this.absent && view.sinks.length === 3) {
+      choices.push(async () => {
+        const sink = this.pick(view.sinks);
+        if (this.move?.sink === sink || !(await this.hasWatermarks(view, sink))) return undefined;
+        await this.removeSink(view, sink, this.int(1, 3));
+        return { op: 'retention', maxRows: this.int(0, 30), ackCoupled: true };
+      });
+    }
+    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0);
+    if (!this.move && movable.length) {
+      choices.push(async () => {
+        const sink = this.pick(movable);
+        await this.moveDestination(view, sink);
+        return { op: 'export', sink };
+      });
+    }
+    if (view.sinks.includes('central')) {
+      choices.push(async () => {
+        this.setLimit(this.world.receiverLimit === undefined ? this.int(150, 2500) : Math.floor(this.world.receiverLimit * (0.4 + 0.5 * this.r())));
+        return { op: 'export', sink: 'central' };
+      });
+    }
+    return this.pick(choices)();
+  }
+
+  async addColumn(view: CacheView): Promise<void> {
+    this.note('config: nullable column extra added');
+    view.opts = { ...view.opts, extraColumn: true };
+    // Every cache of the scenario gets the column (one dataset config per host).
+    for (const v of this.views) if (v !== view) v.opts = { ...v.opts, extraColumn: true };
+    for (const v of this.views) if (v !== view) await this.reopen(v);
+    await this.reopen(view);
+  }
+
+  setLimit(bytes: number | undefined): void {
+    if (bytes === undefined && this.world.receiverLimit === undefined) return;
+    this.world.setReceiverLimit(bytes);
+    this.limitLiftAt = bytes === undefined ? undefined : this.step + this.int(1, 3);
+    this.note(bytes === undefined ? 'receiver limit lifted' : `receiver proxy limit ${bytes} bytes (413 above)`);
+  }
+
+  // ---- crashes -------------------------------------------------------------
+
+  /** Arm a crash (or, on a kernel that knows it, a thrown error) at a point this op can reach. */
+  async arm(op: SimOp): Promise<'kill' | 'throw' | undefined> {
+    const points = POINTS_BY_OP[op.op === 'export' ? `export ${op.sink}` : op.op === 'send' ? 'ingest' : op.op] ?? [];
+    if (!points.length) return undefined;
+    // A crash costs a process start: arm an export only when it has rows to ship, the second unit only when there is one.
+    let at = this.chance(0.3) ? 2 : 1;
+    if (op.op === 'export') {
+      const pending = Math.max(0, ...(this.last?.sinks.find((s) => s.name === op.sink)?.partitions.map((p) => p.pendingRows) ?? [0]));
+      const unit = this.cur.opts.unitRowsBySink?.[op.sink as SinkName] ?? this.cur.opts.unitRows;
+      if (pending === 0) return undefined;
+      if (pending <= unit) at = 1;
+    }
+    const point = this.pick(points);
+    this.armed++;
+    const action = this.chance(0.3) ? 'throw' : 'kill';
+    this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''}`);
+    await this.worker.send({ op: 'arm', point, at, action });
+    return action;
+  }
+
+  /** Run one op, maybe crashed; the host's follow-ups (retries, rows after an export crash). */
+  async runOp(op: SimOp, crashP: number): Promise<Answer> {
+    const armed = this.armed < 1 && this.chance(crashP) ? await this.arm(op) : undefined;
+    let a: Answer;
+    if (op.op === 'send') a = await this.ingestFresh(op.source, op.n, this.int(1, 3), armed === 'throw');
+    else {
+      this.note(describe(op));
+      a = await this.worker.send(op);
+      const mayFail = armed === 'throw' || this.damage !== undefined;
+      if (op.op === 'retention' || op.op === 'compact') this.expect(op.op, a, mayFail);
+    }
+    if (died(a)) this.note('worker died');
+    if (armed && !died(a)) await this.worker.send({ op: 'disarm' });
+    if (armed && died(a) && op.op === 'export') {
+      // The case the write-ahead intent exists for: new rows arrive before the retry.
+      for (const source of this.cur.sources) await this.ingestFresh(source, this.int(1, 10), 1);
+    }
+    if (op.op === 'send' && this.retries.length && this.chance(0.5)) await this.retryOne();
+    return a;
+  }
+
+  // ---- episodes: the sequences the holes need, made likely -------------------
+
+  /** A forward unit stored by the receiver, a crash before the advance, then the body no longer fits. */
+  async episodeRecovered413(): Promise<WorkerOp | undefined> {
+    if (!this.cur.sinks.includes('central') || this.armed >= 2) return undefined;
+    const source = this.pick(this.cur.sources);
+    await this.ingestFresh(source, this.int(4, 30), 1);
+    this.armed++;
+    this.note('arm export.afterShip, export central');
+    await this.worker.send({ op: 'arm', point: 'export.afterShip', at: 1, action: this.chance(0.3) ? 'throw' : 'kill' });
+    const a = await this.worker.send({ op: 'export', sink: 'central' });
+    if (died(a)) this.note('worker died');
+    if (!died(a)) await this.worker.send({ op: 'disarm' });
+    const body = this.world.lastPostBytes;
+    for (const s of this.cur.sources) await this.ingestFresh(s, this.int(1, 10), 1);
+    if (body > 0) {
+      if (!this.cur.opts.extraColumn && this.chance(0.5)) {
+        await this.addColumn(this.cur);
+        if (this.world.receiverLimit === undefined) this.setLimit(body);
+      } else this.setLimit(Math.max(40, Math.floor(body * (0.45 + 0.5 * this.r()))));
+    }
+    return { op: 'export', sink: 'central' };
+  }
+
+  /** A sink left out of the config while retention runs, then brought back. */
+  async episodeAbsent(): Promise<WorkerOp | undefined> {
+    const view = this.cur;
+    if (this.absent || view.sinks.length < 3) return undefined;
+    // Not a sink whose moved destination the operator has yet to decide about.
+    const sink = this.pick(view.sinks.filter((s) => s !== this.move?.sink));
+    const source = this.pick(view.sources);
+    await this.ingestFresh(source, this.int(3, 20), 1);
+    this.note(`export ${sink}`);
+    await this.worker.send({ op: 'export', sink });
+    if (!(await this.hasWatermarks(view, sink))) return undefined;
+    await this.ingestFresh(source, this.int(3, 20), 1);
+    await this.removeSink(view, sink, this.int(1, 3));
+    this.note(`export ${view.sinks.join(', ')}`);
+    for (const s of view.sinks) await this.worker.send({ op: 'export', sink: s });
+    return { op: 'retention', maxRows: this.int(0, 10), ackCoupled: true };
+  }
+
+  /** Identical rows in separate ingests; one sink exports both copies, then compaction. */
+  async episodeDupCompact(): Promise<WorkerOp | undefined> {
+    const source = this.pick(this.cur.sources);
+    await this.ingestFresh(source, this.int(2, 12), 1);
+    const before = this.ledger.ackedRows(this.cur.name, source);
+    if (!before.length) return undefined;
+    const copies = [...new Map(Array.from({ length: this.int(1, 3) }, () => this.pick(before)).map((x) => [x.id, x])).values()];
+    this.note(`ingest ${source} ${copies.length} rows identical to earlier ones (a separate ingest)`);
+    await this.send([this.ledger.batch(this.cur.name, source, copies)], false);
+    const sink = this.pick(this.cur.sinks);
+    this.note(`export ${sink}`);
+    await this.worker.send({ op: 'export', sink });
+    return { op: 'compact' };
+  }
+
+  /** A hard cap with ackCoupled off while a sink lags. */
+  async episodeUncoupledCap(): Promise<WorkerOp | undefined> {
+    const source = this.pick(this.cur.sources);
+    await this.ingestFresh(source, this.int(10, 30), this.int(1, 2));
+    await this.worker.send({ op: 'export', sink: this.pick(this.cur.sinks) });
+    await this.ingestFresh(source, this.int(5, 20), 1);
+    return { op: 'retention', hardMaxRows: this.int(3, 15), ackCoupled: false };
+  }
+
+  /** The other cache of the scenario is opened (same sink and source names, the same receiver). */
+  async episodeSwitch(): Promise<WorkerOp | undefined> {
+    const other = this.views.find((v) => v !== this.cur);
+    if (!other) return undefined;
+    await this.switchTo(other);
+    this.note(`open cache ${this.cur.name}`);
+    await this.applyMirror();
+    return { op: 'export', sink: this.cur.sinks.includes('central') ? 'central' : this.pick(this.cur.sinks) };
+  }
+
+  /** An operator points the files dir or the lake prefix somewhere new. */
+  async episodeMove(): Promise<WorkerOp | undefined> {
+    const view = this.cur;
+    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0);
+    if (this.move || !movable.length) return undefined;
+    const sink = this.pick(movable);
+    // The sink has delivered to the old place, and has rows in the cache still.
+    await this.ingestFresh(this.pick(view.sources), this.int(2, 15), 1);
+    this.note(`export ${sink}`);
+    await this.worker.send({ op: 'export', sink });
+    await this.ingestFresh(this.pick(view.sources), this.int(2, 15), 1);
+    await this.moveDestination(view, sink);
+    return { op: 'export', sink };
+  }
+
+  /** A damaged data file in a blob sink's pending range (two separate ingests make it span two files at least). */
+  async episodeDamage(): Promise<WorkerOp | undefined> {
+    if (this.damage) return undefined;
+    const source = this.pick(this.cur.sources);
+    await this.ingestFresh(source, this.int(1, 12), 1);
+    await this.ingestFresh(source, this.int(1, 12), 1);
+    const st = await this.worker.send({ op: 'status' });
+    if (ok(st)) this.last = (st as { status?: StatusFacts }).status;
+    const sink = await this.damageFile();
+    return sink ? { op: 'export', sink } : undefined;
+  }
+
+  // ---- the run --------------------------------------------------------------
+
+  async scheduled(): Promise<void> {
+    if (this.damage && this.step >= this.damage.restoreAt) await this.restore();
+    if (this.limitLiftAt !== undefined && this.step >= this.limitLiftAt) this.setLimit(undefined);
+    if (this.move && this.step >= this.move.decideAt) await this.decide();
+    if (this.absent && this.step >= this.absent.backAt) await this.bringBack();
+    if (this.retries.length && this.chance(0.5)) await this.retryOne();
+  }
+
+  async randomStep(planned: (() => Promise<WorkerOp | undefined>) | undefined): Promise<void> {
+    let op: SimOp | undefined;
+    let crashP = 0;
+    const x = this.r();
+    const sinks = this.cur.sinks;
+    if (planned) op = await planned();
+    else if (x < 0.3) {
+      op = { op: 'send', source: this.pick(this.cur.sources), n: this.int(1, 30) };
+      crashP = 0.08;
+    } else if (x < 0.56) {
+      op = { op: 'export', sink: this.pick(sinks) };
+      crashP = 0.12;
+    } else if (x < 0.66) {
+      const coupled = this.chance(0.75);
+      op = coupled
+        ? { op: 'retention', maxRows: this.int(5, 80), hardMaxRows: this.chance(0.4) ? this.int(10, 60) : undefined, ackCoupled: true }
+        : { op: 'retention', hardMaxRows: this.int(3, 40), ackCoupled: false };
+      crashP = 0.05;
+    } else if (x < 0.72) {
+      op = { op: 'compact' };
+      crashP = 0.05;
+    } else if (x < 0.77 && sinks.includes('central')) {
+      // A burst of backpressure: 429/503 with a usable, zero, garbage or absent Retry-After.
+      const left = { n: this.int(1, 4) };
+      const status = this.pick([429, 503]);
+      const retryAfter = this.pick(['0', '1', 'garbage', undefined]);
+      const rule: FaultRule = () => {
+        if (left.n <= 0) return undefined;
+        left.n--;
+        return { kind: 'respond', status, headers: retryAfter === undefined ? {} : { 'retry-after': retryAfter } };
+      };
+      this.world.setReceiverRule(rule);
+      this.note(`receiver proxy: ${left.n}× ${status} (Retry-After ${retryAfter ?? 'absent'})`);
+      op = { op: 'export', sink: 'central' };
+      crashP = 0.2;
+    } else if (x < 0.82 && sinks.includes('lake')) {
+      const left = { n: this.int(1, 3) };
+      const slow = this.chance(0.5);
+      this.note(`s3 proxy: ${left.n}× ${slow ? 'slow' : '500'}`);
+      this.world.setS3Rule(() => {
+        if (left.n <= 0) return undefined;
+        left.n--;
+        return slow ? { kind: 'delay', ms: 30 } : { kind: 'respond', status: 500, body: '<Error><Code>InternalError</Code></Error>' };
+      });
+      op = { op: 'export', sink: 'lake' };
+      crashP = 0.2;
+    } else if (x < 0.9) {
+      op = await this.configChange();
+    } else if (x < 0.95) {
+      if (!this.damage) {
+        const sink = await this.damageFile();
+        if (sink) op = { op: 'export', sink };
+      }
+    } else if (this.views.length > 1) op = await this.episodeSwitch();
+    op ??= { op: 'export', sink: this.pick(this.cur.sinks) };
+    if (op.op === 'export' && !this.cur.sinks.includes(op.sink as SinkName)) op = { op: 'export', sink: this.pick(this.cur.sinks) };
+    if (op.op === 'retention') await this.flushFirst();
+    else if (op.op === 'compact') await this.oracle.observe(this.cur);
+    await this.runOp(op, crashP);
+    this.world.setReceiverRule(undefined);
+    this.world.setS3Rule(undefined);
+  }
+
+  /** Rows the last crash left durable in a spool are committed, and seen, before a prune can take them. */
+  async flushFirst(): Promise<void> {
+    this.expect('flush', await this.worker.send({ op: 'flush' }), this.damage !== undefined);
+    await this.oracle.observe(this.cur);
+  }
+
+  async check(): Promise<void> {
+    const st = await this.worker.send({ op: 'status' });
+    const status = ok(st) ? ((st as { status?: StatusFacts }).status ?? undefined) : undefined;
+    if (!status && !this.damage) this.expect('status', st, false);
+    if (status) this.last = status;
+    await this.oracle.step(this.label, this.cur, status, this.problems, !status);
+  }
+
+  async run(): Promise<number> {
+    const dir = await mkdtemp(join(tmpdir(), `hypsink-sim-${this.seed}-`));
+    const two = this.chance(0.15);
+    const sources = [`s${this.seed}a`, `s${this.seed}b`].slice(0, this.int(1, 2));
+    const base = { unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
+    const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, prefix: `sim/${this.seed}` }));
+    this.views.push(a);
+    if (two) {
+      const b = this.oracle.add(new CacheView('b', join(dir, 'b'), sources, { ...base, prefix: `sim/${this.seed}b` }));
+      this.views.push(b);
+    }
+    for (const v of this.views) {
+      await fsp.mkdir(v.dir, { recursive: true });
+      v.configPath = await writeScenarioConfig(v.dir, this.world, v.opts);
+    }
+    this.cur = a;
+    await this.switchTo(a);
+    let steps = this.int(3, 7);
+    // Episodes make the sequences the holes need likely: at most one of these per seed, plus
+    // a moved destination, a damaged file and a switch of caches, each at its own step.
+    const episodes = [
+      () => this.episodeRecovered413(),
+      () => this.episodeAbsent(),
+      () => this.episodeDupCompact(),
+      () => this.episodeUncoupledCap(),
+    ];
+    const planned: (() => Promise<WorkerOp | undefined>)[] = [];
+    if (this.chance(0.45)) planned.push(this.pick(episodes));
+    if (this.chance(0.2)) planned.push(() => this.episodeMove());
+    if (this.chance(0.25)) planned.push(() => this.episodeDamage());
+    if (two) planned.push(() => this.episodeSwitch());
+    steps = Math.max(steps, planned.length + 2);
+    const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
+    const plan = new Map<number, () => Promise<WorkerOp | undefined>>();
+    for (const f of planned) if (free.length) plan.set(free.splice(Math.floor(this.r() * free.length), 1)[0]!, f);
+    for (this.step = 0; this.step < steps; this.step++) {
+      this.when = `step ${this.step}`;
+      this.notes = [];
+      await this.scheduled();
+      await this.randomStep(plan.get(this.step));
+      await this.check();
+    }
+    await this.cleanRun();
+    return steps;
+  }
+
+  async cleanRun(): Promise<void> {
+    this.when = 'clean run';
+    this.notes = [];
+    await this.restore();
+    this.setLimit(undefined);
+    this.world.setReceiverRule(undefined);
+    this.world.setS3Rule(undefined);
+    await this.worker.send({ op: 'disarm' });
+    await this.decide();
+    await this.bringBack();
+    for (const group of this.retries.splice(0)) {
+      const left = group.filter((b) => !b.acked);
+      if (!left.length) continue;
+      await this.onCacheOf(left[0]!);
+      await sendBatches(this.worker, this.ledger, left).then((a) => this.expect('ingest (retry)', a, false));
+      await this.oracle.observe(this.cur);
+    }
+    const statuses = new Map<CacheView, StatusFacts>();
+    // The other cache first, the open one last.
+    for (const v of [...this.views.filter((v) => v !== this.cur), this.cur]) {
+      if (v !== this.cur || this.worker.current !== v.configPath) await this.switchTo(v);
+      await this.applyMirror();
+      statuses.set(v, await settle(this.worker, v.sinks, this.problems, this.views.length > 1 ? `cache ${v.name} ` : ''));
+      await v.watch.check('clean run', this.problems);
+    }
+    const label = this.label;
+    await this.oracle.final(
+      this.views.map((v) => statuses.get(v)!),
+      this.problems,
+      label.startsWith('clean run [') ? ` [${label.slice('clean run ['.length)}` : '',
+    );
+  }
+}
+
+function describe(op: WorkerOp): string {
+  switch (op.op) {
+    case 'export':
+      return `export ${op.sink}`;
+    case 'retention':
+      return `retention maxRows=${op.maxRows ?? '-'} hardMaxRows=${op.hardMaxRows ?? '-'}${op.ackCoupled === false ? ' ackCoupled=false' : ''}`;
+    default:
+      return op.op;
+  }
+}
+
+/** Move every file of a destination to its new place (merging with what is there). */
+async function moveTree(from: string, to: string): Promise<void> {
+  let entries: import('node:fs').Dirent[];
+  try {
+    entries = await fsp.readdir(from, { withFileTypes: true });
+  } catch {
+    return;
+  }
+  await fsp.mkdir(to, { recursive: true });
+  for (const e of entries) {
+    if (e.isDirectory()) await moveTree(join(from, e.name), join(to, e.name));
+    else await fsp.rename(join(from, e.name), join(to, e.name));
+  }
+  await fsp.rm(from, { recursive: true, force: true });
+}
+
+export async function runSeed(seed: number, world: World, worker: Worker): Promise<SeedResult> {
+  worker.resetCounts();
+  const s = new Scenario(seed, world, worker);
+  let steps = 0;
+  try {
+    steps = await s.run();
+  } catch (e) {
+    s.problems.add('', `harness: ${(e as Error).stack}`);
+  } finally {
+    await s.restore().catch(() => undefined);
+    world.setReceiverLimit(undefined);
+    world.setReceiverRule(undefined);
+    world.setS3Rule(undefined);
+  }
+  const dir = s.views[0] ? dirname(s.views[0].dir) : undefined;
+  if (dir && s.problems.length === 0) {
+    await rm(dir, { recursive: true, force: true });
+    forgetDecoded(dir);
+  } else if (dir) s.problems.add('', `state kept in ${dir}`);
+  return {
+    seed,
+    ok: s.problems.length === 0,
+    problems: s.problems.list,
+    steps,
+    crashes: worker.crashes,
+    replay: `npx tsx test/sim/main.ts --seeds 1 --start ${seed}`,
+  };
 }

@@ -1,18 +1,21 @@
 /**
  * The CI batch of the seeded simulation (DESIGN §8): HYPSINK_SIM_SEEDS seeds
- * (default 300) from HYPSINK_SIM_START (default 1). Any failing seed fails the
- * test and prints the command that replays it.
+ * (default 500) from HYPSINK_SIM_START (default 1) in HYPSINK_SIM_LANES lanes
+ * (default 3). Any failing seed fails the test and prints the command that
+ * replays it.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSeeds } from './main.js';
 
-const seeds = Number(process.env.HYPSINK_SIM_SEEDS ?? '300');
+const seeds = Number(process.env.HYPSINK_SIM_SEEDS ?? '500');
 const start = Number(process.env.HYPSINK_SIM_START ?? '1');
+/** Three lanes keep both cores of a 2-core machine busy while a lane waits on a worker. */
+const lanes = Number(process.env.HYPSINK_SIM_LANES ?? '3');
 
 test(`seeded simulation: ${seeds} seeds, every sink holds each committed row once or reports it as a gap`, { timeout: 15 * 60_000 }, async () => {
   const t0 = Date.now();
-  const results = await runSeeds(start, seeds, 2);
+  const results = await runSeeds(start, seeds, lanes);
   const failed = results.filter((r) => !r.ok);
   const crashes = results.reduce((n, r) => n + r.crashes, 0);
   console.log(`sim: ${results.length} seeds, ${failed.length} failed, ${crashes} crashes, ${((Date.now() - t0) / 1000).toFixed(1)} s`);

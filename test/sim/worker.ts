@@ -3,61 +3,140 @@
  * JSON lines on stdin and answers each with one JSON line on stdout. A crash
  * is armed by setting HYPSINK_FAULT before an operation; the worker then dies
  * by SIGKILL at that point, exactly as a real process would, and the driver
- * starts a new one.
+ * starts a new one (with HYPSINK_FAULT_ACTION=throw a kernel that knows it
+ * throws at the point instead: a failed operation).
+ *
+ * The same worker drives today's kernel and the one that replaces it: APIs
+ * the older kernel lacks (ingest batch ids, forgetSink, acceptDestination, a
+ * retention entry point) are called through feature detection and fall back to
+ * what today's kernel does.
  */
 import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import { resetFaultHits } from '../../kernel/fault.js';
 import { loadConfig } from '../../kernel/config/load.js';
-import { ingestNdjson } from '../../kernel/ingest.js';
+import { type IngestOptions, ingestNdjson } from '../../kernel/ingest.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink } from '../../kernel/runtime.js';
 
+export interface IngestPart {
+  readonly batchId: string;
+  readonly rows: Record<string, unknown>[];
+}
+
 export type WorkerOp =
   | { op: 'open'; config: string }
-  | { op: 'arm'; point: string; at: number }
+  | { op: 'arm'; point: string; at: number; action?: 'kill' | 'throw' }
   | { op: 'disarm' }
-  | { op: 'ingest'; source: string; rows: Record<string, unknown>[]; spools: number }
+  /** Several parts into one partition at once (each its own spool and batch id): their flushes race for the commit section. */
+  | { op: 'ingest'; source: string; parts: IngestPart[] }
   | { op: 'export'; sink: string }
-  | { op: 'retention'; maxRows?: number; hardMaxRows?: number }
+  | { op: 'retention'; maxRows?: number; hardMaxRows?: number; ackCoupled?: boolean }
   | { op: 'compact' }
   | { op: 'flush' }
+  | { op: 'status' }
+  /** The operator resets a sink (drops its watermarks and destination identity). */
   | { op: 'forget'; sink: string }
-  | { op: 'status' };
+  /** The operator accepts a moved destination. */
+  | { op: 'accept'; sink: string }
+  /** Reads of data files whose path holds this substring fail with EIO (a kernel that knows HYPSINK_FAULT_READ). */
+  | { op: 'readFault'; path: string | null }
+  /** Answers once the process is ready. */
+  | { op: 'ping' }
+  /** A spare process's warm-up: open a scratch cache and close it (plugins loaded, sinks built once). */
+  | { op: 'warm'; config: string };
 
-let k: Hypsink | undefined;
+/** The kernel as the sim sees it: today's API plus what a newer kernel may add. */
+type Kernel = Hypsink & {
+  forgetSink?: (name: string) => Promise<unknown>;
+  acceptDestination?: (name: string) => Promise<unknown>;
+  retention?: (o: { maxRows?: number; hardMaxRows?: number; ackCoupled?: boolean }) => Promise<unknown>;
+};
+
+let k: Kernel | undefined;
+
+const errText = (e: unknown) => `${(e as Error).name}: ${(e as Error).message}`;
+
+/** Sum a retention result of either kernel: today's is a list of per-partition results. */
+function retentionSums(r: unknown): { pruned: number; forced: number } {
+  const list = Array.isArray(r) ? r : ((r as { partitions?: unknown[]; retention?: unknown[] } | undefined)?.partitions ?? (r as { retention?: unknown[] })?.retention ?? []);
+  let pruned = 0;
+  let forced = 0;
+  for (const x of list as { prunedRows?: number; forcedRows?: number }[]) {
+    pruned += x.prunedRows ?? 0;
+    forced += x.forcedRows ?? 0;
+  }
+  return { pruned, forced };
+}
 
 async function run(m: WorkerOp): Promise<unknown> {
   switch (m.op) {
+    case 'ping':
+      return { ok: true };
+    case 'warm': {
+      // Loads the plugins and builds every sink once; the scratch cache is opened and closed.
+      const w = await Hypsink.open(await loadConfig(m.config), { log: createLogger('silent') });
+      await w.close();
+      return { ok: true };
+    }
     case 'open':
       await k?.close();
-      k = await Hypsink.open(await loadConfig(m.config), { log: createLogger('silent') });
+      k = undefined;
+      k = (await Hypsink.open(await loadConfig(m.config), { log: createLogger('silent') })) as Kernel;
       return { ok: true };
     case 'arm':
       process.env.HYPSINK_FAULT = m.point;
       process.env.HYPSINK_FAULT_AT = String(m.at);
+      if (m.action === 'throw') process.env.HYPSINK_FAULT_ACTION = 'throw';
+      else delete process.env.HYPSINK_FAULT_ACTION;
       resetFaultHits();
       return { ok: true };
     case 'disarm':
       delete process.env.HYPSINK_FAULT;
+      delete process.env.HYPSINK_FAULT_ACTION;
       resetFaultHits();
       return { ok: true };
+    case 'readFault':
+      if (m.path === null) delete process.env.HYPSINK_FAULT_READ;
+      else process.env.HYPSINK_FAULT_READ = m.path;
+      return { ok: true };
     case 'ingest': {
-      // Several spools into one partition at once: their flushes race for the commit section.
-      const per = Math.ceil(m.rows.length / m.spools);
-      const parts = Array.from({ length: m.spools }, (_, i) => m.rows.slice(i * per, (i + 1) * per)).filter((p) => p.length);
-      const rs = await Promise.all(
-        parts.map((rows) => ingestNdjson(k!, 'events', m.source, Readable.from(rows.map((r) => `${JSON.stringify(r)}\n`)), 'sim')),
+      const parts = await Promise.allSettled(
+        m.parts.map((p) => {
+          // A kernel with idempotent ingest acknowledges a batch id it already has without adding rows.
+          const opts = { batchId: p.batchId } as unknown as IngestOptions;
+          return ingestNdjson(k!, 'events', m.source, Readable.from(p.rows.map((r) => `${JSON.stringify(r)}\n`)), 'sim', opts);
+        }),
       );
-      return { ok: true, accepted: rs.reduce((n, r) => n + r.accepted, 0) };
+      const out = parts.map((r, i) =>
+        r.status === 'fulfilled'
+          ? { batchId: m.parts[i]!.batchId, ok: true, accepted: r.value.accepted }
+          : { batchId: m.parts[i]!.batchId, ok: false, error: errText(r.reason) },
+      );
+      const failed = out.find((p) => !p.ok);
+      return { ok: !failed, parts: out, ...(failed ? { error: failed.error } : {}) };
     }
     case 'export': {
       const [r] = await k!.export(m.sink);
       return { ok: true, rows: r?.rows ?? 0, failed: r?.failed ?? 0, errors: r?.partitions.flatMap((p) => (p.error ? [p.error.message] : [])) };
     }
     case 'retention': {
-      const r = await k!.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ackCoupled: true });
-      return { ok: true, pruned: r.reduce((n, x) => n + x.prunedRows, 0), forced: r.reduce((n, x) => n + x.forcedRows, 0) };
+      const ackCoupled = m.ackCoupled ?? true;
+      if (typeof k!.retention === 'function') {
+        // The newer kernel's one entry point: its own guards and quiescing.
+        return { ok: true, ...retentionSums(await k!.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ackCoupled })) };
+      }
+      // The kernel of 4d83d35 (the seeds in LLP 0023 replay on it), as its `maintain` took it:
+      // guards only when ack-coupled; a forced prune holds every export.
+      const old = k as unknown as {
+        cache: { retention(p: object): Promise<unknown> };
+        retentionGuards(): object;
+        driver: { quiesce(s: unknown[], f: () => Promise<unknown>): Promise<unknown> };
+        sinks: Map<string, unknown>;
+      };
+      const pass = () => old.cache.retention({ maxRows: m.maxRows, hardMaxRows: m.hardMaxRows, ...(ackCoupled ? old.retentionGuards() : {}) });
+      const r = m.hardMaxRows === undefined ? await pass() : await old.driver.quiesce([...old.sinks.values()], pass);
+      return { ok: true, ...retentionSums(r) };
     }
     case 'compact':
       await k!.cache.compact();
@@ -65,11 +144,16 @@ async function run(m: WorkerOp): Promise<unknown> {
     case 'flush':
       await k!.flush();
       return { ok: true };
-    case 'forget':
-      await k!.forgetSink(m.sink);
-      return { ok: true };
     case 'status':
       return { ok: true, status: await k!.status() };
+    case 'forget':
+      if (typeof k!.forgetSink !== 'function') return { ok: true, supported: false };
+      await k!.forgetSink(m.sink);
+      return { ok: true, supported: true };
+    case 'accept':
+      if (typeof k!.acceptDestination !== 'function') return { ok: true, supported: false };
+      await k!.acceptDestination(m.sink);
+      return { ok: true, supported: true };
   }
 }
 
@@ -79,10 +163,15 @@ let chain = Promise.resolve();
 lines.on('line', (line) => {
   chain = chain.then(async () => {
     let answer: unknown;
+    const cpu = process.cpuUsage();
     try {
       answer = await run(JSON.parse(line) as WorkerOp);
     } catch (e) {
-      answer = { ok: false, error: `${(e as Error).name}: ${(e as Error).message}`, code: (e as { code?: string }).code };
+      answer = { ok: false, error: errText(e), code: (e as { code?: string }).code };
+    }
+    if (process.env.SIM_TRACE) {
+      const d = process.cpuUsage(cpu);
+      answer = { ...(answer as object), cpuMs: Math.round((d.user + d.system) / 1000) };
     }
     process.stdout.write(`${JSON.stringify(answer)}\n`);
   });

@@ -20,7 +20,8 @@ async function movedDir(): Promise<{ dir: string; config: string }> {
   const { k } = await openKernel(config);
   try {
     await ingest(k, 'web', 1, 10);
-    assert.equal((await k.export())[0]!.rows, 10);
+    await ingest(k, 'app', 1, 2);
+    assert.equal((await k.export())[0]!.rows, 12);
     await ingest(k, 'web', 11, 5);
   } finally {
     await k.close();
@@ -46,7 +47,9 @@ test('a blob sink whose dir changed is refused; the data moved and the move acce
   assert.equal(a.code, 0, a.err);
   assert.match(a.out, /now belong to/);
   assert.equal((await cli('export', '--config', config)).code, 0);
-  assertExactlyOnce(await readExports(join(dir, 'exports-new')), { web: range(1, 15) });
+  assertExactlyOnce(await readExports(join(dir, 'exports-new')), { web: range(1, 15), app: range(1, 2) });
+  // A partition with nothing new since the refusal no longer shows it as its last error.
+  assert.equal(partitionStatus(await cliStatus(config), 'archive', 'app').lastError, null);
 });
 
 test('a blob sink whose dir changed, forgotten: the new destination starts from the oldest row in the cache', async () => {
@@ -55,10 +58,10 @@ test('a blob sink whose dir changed, forgotten: the new destination starts from 
   assert.equal(f.code, 0, f.err);
   assert.match(f.out, /still configured/);
   assert.equal((await cli('export', '--config', config)).code, 0);
-  assertExactlyOnce(await readExports(join(dir, 'exports-new')), { web: range(1, 15) });
-  assertExactlyOnce(await readExports(join(dir, 'exports')), { web: range(1, 10) });
+  assertExactlyOnce(await readExports(join(dir, 'exports-new')), { web: range(1, 15), app: range(1, 2) });
+  assertExactlyOnce(await readExports(join(dir, 'exports')), { web: range(1, 10), app: range(1, 2) });
   const p = partitionStatus(await cliStatus(config), 'archive', 'web');
-  assert.deepEqual([p.exportedRows, p.pendingRows, p.gapRows, p.committedRows], [15, 0, 0, 15]);
+  assert.deepEqual([p.exportedRows, p.pendingRows, p.gapRows, p.committedRows, p.lastError], [15, 0, 0, 15, null]);
 });
 
 test("a forward sink whose url changed is refused before anything is sent", async () => {
