@@ -55,9 +55,9 @@ export const ForwardConfigSchema = z
     ladderMs: z.array(positiveInt).min(1).default([30_000, 60_000, 120_000, 300_000]),
     retry: RetrySchema.default({ attempts: 5, baseMs: 500, maxMs: 30_000 }),
     /**
-     * Mixed into every batch id. Set it (e.g. to a host name) when several caches
-     * forward to one receiver under the same sink name and source values.
-     * @ref LLP 0008: why ids are otherwise derived from the sink name and partition alone
+     * Mixed into every batch id, with the cache's own id (`SinkBuildContext.cacheId`),
+     * which already keeps several caches forwarding to one receiver apart.
+     * @ref LLP 0008, LLP 0021: what a batch id is derived from
      */
     idNamespace: z.string().min(1).optional(),
   })
