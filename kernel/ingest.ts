@@ -207,7 +207,9 @@ async function ingestRest(
   const takeNext = async () => {
     const q = queue.shift()!;
     const out = await q.out;
-    await take(out, { id: batchId, lines: out.lines, hash: q.hash });
+    // Totals of the whole batch so far, earlier tries included: what its record will say.
+    const totals = { accepted: (from?.accepted ?? 0) + result.accepted + out.frames.reduce((n, f) => n + f.rows, 0), rejected: (from?.rejected ?? 0) + result.rejected + out.rejects.length };
+    await take(out, { id: batchId, lines: out.lines, hash: q.hash, ...totals });
   };
 
   const blocks = new LineBlocks(BLOCK_BYTES, lines);
@@ -226,7 +228,8 @@ async function ingestRest(
     while (queue.length > 0) await takeNext();
     await appending;
     // The end mark: the batch is whole in the spool, certain to commit, acknowledged from here on.
-    await append(endFrame(k, dataset, { id: batchId, lines, hash: hash.digest('hex'), end: true, accepted: result.accepted, rejected: result.rejected }), false, true);
+    const totals = { accepted: (from?.accepted ?? 0) + result.accepted, rejected: (from?.rejected ?? 0) + result.rejected };
+    await append(endFrame(k, dataset, { id: batchId, lines, hash: hash.digest('hex'), end: true, ...totals }), false, true);
     await appending;
     opts.onProgress?.(lines);
   } finally {

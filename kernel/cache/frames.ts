@@ -35,6 +35,7 @@ export interface BatchMark {
   readonly lines: number;
   readonly hash: string;
   readonly end?: true;
+  /** Rows of the batch accepted and rejected through this mark, earlier tries included. */
   readonly accepted?: number;
   readonly rejected?: number;
 }

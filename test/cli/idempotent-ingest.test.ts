@@ -83,6 +83,9 @@ test('a host killed mid-ingest retries with the same batch id: it goes on after 
   const got = await exported(dir, config);
   assert.equal(got.length, 9000);
   assert.deepEqual(got, ids(1, 9000));
+  // Acknowledged again later, the batch counts every row, the first try's included.
+  const again = await runBin(args);
+  assert.match(again.stdout, /batch big was ingested before \(9000 row\(s\)\)/);
 });
 
 test('an ingest whose flush fails says its rows are durable and names the batch; the retry it asks for adds nothing', async () => {
