@@ -8,7 +8,7 @@
  */
 import { createReadStream, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { ingestNdjson } from '../../kernel/ingest.js';
+import { ingestNdjson } from '../../kernel/ingest/ingest.js';
 import type { BenchContext } from '../lib/context.js';
 import { figure, type FigureGroup, ge } from '../lib/figure.js';
 import { DATASET, openKernel, partitionOf, writeWorkspace } from '../lib/kernel.js';

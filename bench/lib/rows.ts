@@ -4,7 +4,7 @@
  * million rows never sit in memory as objects at once.
  */
 import { demoBatch } from '../../fixtures/demo/generate.js';
-import { normalizeRow } from '../../kernel/cache/normalize.js';
+import { normalizeRow } from '../../kernel/ingest/normalize.js';
 import type { DatasetSchema } from '../../types/schema.js';
 
 /** `n` demo NDJSON lines (no `source` field), ids from `firstId`; `run` varies the content. */

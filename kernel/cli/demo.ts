@@ -10,7 +10,7 @@ import { Readable } from 'node:stream';
 import { SingleBar } from 'cli-progress';
 import { demoBatch } from '../../fixtures/demo/generate.js';
 import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
-import { ingestNdjson } from '../ingest.js';
+import { ingestNdjson } from '../ingest/ingest.js';
 import type { Hypsink } from '../runtime.js';
 import { exportTable, statusTable } from './render.js';
 

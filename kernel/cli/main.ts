@@ -10,7 +10,7 @@ import { Command } from 'commander';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import { loadConfig } from '../config/load.js';
 import { Daemon } from '../daemon.js';
-import { IngestError, ingestNdjson, rejectedError } from '../ingest.js';
+import { IngestError, ingestNdjson, rejectedError } from '../ingest/ingest.js';
 import { createLogger, maskSecrets } from '../log.js';
 import { createMetrics, serveMetrics } from '../metrics.js';
 import { Hypsink } from '../runtime.js';

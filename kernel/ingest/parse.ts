@@ -10,8 +10,8 @@
  */
 import type { DatasetSchema } from '../../types/schema.js';
 import { PARTITION_COLUMN } from '../../types/schema.js';
-import { encodeFrameLine } from '../cache/frames.js';
-import { normalizeRowInto } from '../cache/normalize.js';
+import { encodeFrameLine } from '../spool/frames.js';
+import { normalizeRowInto } from './normalize.js';
 import { LineSplitter } from '../io/lines.js';
 
 export interface ParseOptions {

@@ -11,7 +11,7 @@
 import { HypsinkError } from '../../types/errors.js';
 import type { BlobDestination, Encoder, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
-import { encodeSegment } from '../cache/segments.js';
+import { encodeSegment } from '../store/segments.js';
 import type { UnitReads } from './unit.js';
 
 export function blobKey(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string): string {

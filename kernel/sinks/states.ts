@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { HypsinkError } from '../../types/errors.js';
-import { decodeSegment, encodeSegment } from '../cache/segments.js';
+import { decodeSegment, encodeSegment } from '../store/segments.js';
 import { fault } from '../fault.js';
 import { readdirOrEmpty, readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { WatermarkStore } from './watermarks.js';

@@ -13,8 +13,8 @@ import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { DatasetSchema, Row } from '../../types/schema.js';
 import type { BlobBody, NdjsonChunk, Unit } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
-import type { Cache } from '../cache/cache.js';
-import { NdjsonWriter } from '../cache/ndjson.js';
+import type { Cache } from '../cache.js';
+import { NdjsonWriter } from './ndjson.js';
 import type { Intent } from './watermarks.js';
 
 /** Seqs read, as runs of consecutive seqs: tells delivered rows from pruned ones without a seq per row. */

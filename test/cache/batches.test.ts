@@ -10,7 +10,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
-import { ingestNdjson } from '../../kernel/ingest.js';
+import { ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { eventLines, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 import { currentManifest } from './helpers.js';

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { makeData, makeVector, Table, TimestampMillisecond, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
-import { buildColumn } from '../../kernel/cache/columns.js';
+import { buildColumn } from '../../kernel/store/columns.js';
 import { continuation } from '../../types/storage.js';
 import { COLS, collect, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { cpSync, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
-import type { Cache } from '../../kernel/cache/cache.js';
+import type { Cache } from '../../kernel/cache.js';
 import { COLS, collect, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import { currentManifest } from './helpers.js';

@@ -17,7 +17,7 @@ import assert from 'node:assert/strict';
 import { existsSync, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import type { Cache } from '../../kernel/cache/cache.js';
+import type { Cache } from '../../kernel/cache.js';
 import { FAULT_POINTS } from '../../kernel/fault.js';
 import type { WorkerScript, WorkerStep } from '../support/cache-worker.js';
 import { COLS, collect, openCache, rows, type WorkerCacheOptions } from '../support/datasets.js';

@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import type { Cache } from '../../kernel/cache/cache.js';
-import { rowId } from '../../kernel/cache/decorate.js';
+import type { Cache } from '../../kernel/cache.js';
+import { rowId } from '../../kernel/flush/decorate.js';
 import { COLS, collect, EVENTS, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import {

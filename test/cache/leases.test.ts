@@ -14,8 +14,8 @@ import { existsSync, linkSync, mkdirSync, readdirSync, readFileSync, rmSync, wri
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
-import { generationDir, retireGeneration, takeLease } from '../../kernel/cache/generations.js';
-import { PartitionStore, partitionRef } from '../../kernel/cache/partition.js';
+import { generationDir, retireGeneration, takeLease } from '../../kernel/store/generations.js';
+import { PartitionStore, partitionRef } from '../../kernel/store/partition.js';
 import { tempDir } from '../support/tmp.js';
 
 const READER_ENV = 'HYPSINK_LEASE_READER';

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { normalizeRow } from '../../kernel/cache/normalize.js';
+import { normalizeRow } from '../../kernel/ingest/normalize.js';
 import type { DatasetSchema } from '../../types/schema.js';
 
 const TS: DatasetSchema = { columns: [{ name: 't', type: 'TIMESTAMP', nullable: false }], timestampColumn: 't' };

@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
-import type { Cache } from '../../kernel/cache/cache.js';
-import { Cache as CacheClass } from '../../kernel/cache/cache.js';
+import type { Cache } from '../../kernel/cache.js';
+import { Cache as CacheClass } from '../../kernel/cache.js';
 import type { DatasetSchema } from '../../types/schema.js';
 import { continuation, type PartitionRef } from '../../types/storage.js';
 import { COLS, collect, EVENTS, EVENTS_V2, openCache, rows } from '../support/datasets.js';

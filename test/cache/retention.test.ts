@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import type { Cache } from '../../kernel/cache/cache.js';
+import type { Cache } from '../../kernel/cache.js';
 import { continuation } from '../../types/storage.js';
 import { COLS, collect, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';

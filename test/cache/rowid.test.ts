@@ -6,10 +6,10 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { buildColumn } from '../../kernel/cache/columns.js';
-import { prepareBatches, rowId } from '../../kernel/cache/decorate.js';
-import { hash128 } from '../../kernel/cache/hash128.js';
-import { partitionRef } from '../../kernel/cache/partition.js';
+import { buildColumn } from '../../kernel/store/columns.js';
+import { prepareBatches, rowId } from '../../kernel/flush/decorate.js';
+import { hash128 } from '../../kernel/flush/hash128.js';
+import { partitionRef } from '../../kernel/store/partition.js';
 import type { ColumnSpec } from '../../types/schema.js';
 
 /** MurmurHash3 x86_128, seed 0: the reference implementation's published answers, as hex of its four words. */

@@ -4,7 +4,7 @@
  * Delivery, backpressure, 413 re-planning, auth and refused connections.
  * @ref LLP 0008: the batch id; LLP 0009: the receiver's ledger
  */
-import { SeqAllocator } from '../../kernel/cache/allocator.js';
+import { SeqAllocator } from '../../kernel/flush/allocator.js';
 import assert from 'node:assert/strict';
 import { promises as fsp, readFileSync } from 'node:fs';
 import { join } from 'node:path';

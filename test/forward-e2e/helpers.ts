@@ -13,7 +13,7 @@ import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { readStored, type Stored } from '../../fixtures/receiver/server.js';
 import { loadConfig } from '../../kernel/config/load.js';
-import { ingestNdjson } from '../../kernel/ingest.js';
+import { ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink, type PartitionStatus, type StatusReport } from '../../kernel/runtime.js';
 import { tempDir } from '../receiver/helpers.js';

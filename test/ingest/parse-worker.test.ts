@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
-import { ingestNdjson } from '../../kernel/ingest.js';
+import { ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { collect } from '../support/datasets.js';
 import { openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';

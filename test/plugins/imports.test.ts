@@ -98,7 +98,7 @@ test('the scanner catches every way of importing the kernel', () => {
   const pluginDir = join(REPO, 'plugins/example');
   const text = [
     "import { Hypsink } from '../../../kernel/runtime.js';",
-    "import type { Cache } from '../../../kernel/cache/cache.js';",
+    "import type { Cache } from '../../../kernel/cache.js';",
     "export { fault } from '../../../kernel/fault.js';",
     "export * from '../../../kernel/hooks.js';",
     "const m = await import('../../../kernel/log.js');",
@@ -116,7 +116,7 @@ test('the scanner catches every way of importing the kernel', () => {
   const bad = found.filter(([, why]) => why !== null).map(([s]) => s);
   assert.deepEqual(bad, [
     '../../../kernel/runtime.js',
-    '../../../kernel/cache/cache.js',
+    '../../../kernel/cache.js',
     '../../../kernel/fault.js',
     '../../../kernel/hooks.js',
     '../../../kernel/log.js',

@@ -185,7 +185,7 @@ describe('bad-input matrix', () => {
   kind(
     'input: impossible calendar date (2026-02-30) is rejected, not shifted to March 2',
     () => badLine((id) => JSON.stringify({ id, ts: '2026-02-30T10:00:00Z' }), 'field "ts" must be an ISO-8601 timestamp'),
-    'kernel/cache/normalize.ts:42-44 (TIMESTAMP): Date.parse rolls 2026-02-30 over to 2026-03-02 and 2026-04-31 to 2026-05-01; the row is accepted with a different instant than it states',
+    'kernel/ingest/normalize.ts:42-44 (TIMESTAMP): Date.parse rolls 2026-02-30 over to 2026-03-02 and 2026-04-31 to 2026-05-01; the row is accepted with a different instant than it states',
   );
   kind('input: NaN-ish DOUBLE ("NaN" as a string)', () => badLine((id) => JSON.stringify({ id, ts: ts(id), dur: 'NaN' }), 'field "dur" must be a finite number'));
   kind('input: DOUBLE overflow (1e999 parses to Infinity)', () => badLine((id) => `{"id":${id},"ts":"${ts(id)}","dur":1e999}`, 'field "dur" must be a finite number'));
@@ -226,7 +226,7 @@ describe('bad-input matrix', () => {
       assertExactlyOnce(await localDelivered(ws.path('exports')), [a, b], 'local-fs', []);
       assertFails(r, 2, 'HYPSINK_ERR_INPUT', 'line 2', r.file);
     },
-    'kernel/ingest.ts:113-119 (rejectedError): the message names the line and the dead-letter file but not the input file (`label`, which only the dead-letter record keeps), so "line 2" is ambiguous when several files are ingested',
+    'kernel/ingest/ingest.ts:113-119 (rejectedError): the message names the line and the dead-letter file but not the input file (`label`, which only the dead-letter record keeps), so "line 2" is ambiguous when several files are ingested',
   );
 
   kind(
@@ -585,7 +585,7 @@ describe('bad-input matrix', () => {
       assertFails(r, 2, 'HYPSINK_ERR_CONFIG', cfg, 'sink "archive": writer');
       assertUnchanged(before, await snapshot(ws.dir), 'a config error in a fresh folder');
     },
-    'kernel/runtime.ts:60 (Hypsink.open): Cache.open, which creates <cache>/datasets and <cache>/spools (kernel/cache/cache.ts:82-83), runs before plugins are loaded and sinks built (runtime.ts:70-71), so a config error there leaves a cache folder behind',
+    'kernel/runtime.ts:60 (Hypsink.open): Cache.open, which creates <cache>/datasets and <cache>/spools (kernel/cache.ts:82-83), runs before plugins are loaded and sinks built (runtime.ts:70-71), so a config error there leaves a cache folder behind',
   );
   kind('config: --config names a file that does not exist', async () => {
     const { ws } = await cfgGroup();

@@ -16,7 +16,7 @@ import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/clien
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { loadConfig } from '../../kernel/config/load.js';
-import { ingestNdjson } from '../../kernel/ingest.js';
+import { ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink, type PartitionStatus } from '../../kernel/runtime.js';
 import { type FaultProxy, type FaultRule, startFaultProxy } from '../support/fault-proxy.js';

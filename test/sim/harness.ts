@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { readStored } from '../../fixtures/receiver/server.js';
-import { encodeSegment } from '../../kernel/cache/segments.js';
+import { encodeSegment } from '../../kernel/store/segments.js';
 import { FAULT_POINTS } from '../../kernel/fault.js';
 import type { World } from './world.js';
 import type { IngestPart, WorkerOp } from './worker.js';

@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { rng } from '../../fixtures/demo/generate.js';
-import { encodeSegment } from '../../kernel/cache/segments.js';
+import { encodeSegment } from '../../kernel/store/segments.js';
 import type { FaultRule } from '../support/fault-proxy.js';
 import {
   type Answer,

@@ -15,7 +15,7 @@ import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import { resetFaultHits } from '../../kernel/fault.js';
 import { loadConfig } from '../../kernel/config/load.js';
-import { type IngestOptions, ingestNdjson } from '../../kernel/ingest.js';
+import { type IngestOptions, ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink } from '../../kernel/runtime.js';
 

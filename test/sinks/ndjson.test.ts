@@ -2,9 +2,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { type Data, makeData, RecordBatch, Schema, Struct } from 'apache-arrow';
-import { Cache } from '../../kernel/cache/cache.js';
-import { buildColumn, toRowValue, userSchema } from '../../kernel/cache/columns.js';
-import { batchToNdjsonBytes, NdjsonWriter } from '../../kernel/cache/ndjson.js';
+import { Cache } from '../../kernel/cache.js';
+import { buildColumn, toRowValue, userSchema } from '../../kernel/store/columns.js';
+import { batchToNdjsonBytes, NdjsonWriter } from '../../kernel/sinks/ndjson.js';
 import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
 import { collect } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { partitionRef } from '../../kernel/cache/partition.js';
+import { partitionRef } from '../../kernel/store/partition.js';
 import { WatermarkStore, type WatermarkRecord } from '../../kernel/sinks/watermarks.js';
 import { isHypsinkError } from '../../types/errors.js';
 import { assertExactlyOnce, cli, ingest, openKernel, range, readExports, sampleConfig, writeConfig } from '../support/kernel.js';

@@ -10,7 +10,7 @@
  */
 import { appendFileSync, existsSync } from 'node:fs';
 import { ProcessLock } from '../../kernel/io/lock.js';
-import type { RetentionPolicy } from '../../kernel/cache/retention.js';
+import type { RetentionPolicy } from '../../kernel/store/retention.js';
 import { COLS, openCache, rows, type WorkerCacheOptions } from './datasets.js';
 
 export type WorkerStep =

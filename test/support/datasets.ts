@@ -1,5 +1,5 @@
 import type { DatasetSchema } from '../../types/schema.js';
-import { Cache, type CacheOptions } from '../../kernel/cache/cache.js';
+import { Cache, type CacheOptions } from '../../kernel/cache.js';
 
 export const EVENTS: DatasetSchema = {
   columns: [

@@ -14,7 +14,7 @@ import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { main } from '../../kernel/cli/main.js';
 import { loadConfig } from '../../kernel/config/load.js';
-import { type IngestResult, ingestNdjson } from '../../kernel/ingest.js';
+import { type IngestResult, ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink, type StatusReport } from '../../kernel/runtime.js';
 import { type ProcResult, REPO, runNode } from './proc.js';

@@ -13,7 +13,7 @@
 import { type Data, makeData, RecordBatch, Struct, Table, tableFromIPC, tableToIPC } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
-import { arrowType, buildColumn, userSchema } from './columns.js';
+import { arrowType, buildColumn, userSchema } from '../store/columns.js';
 
 /** v1: column names at append time, then rows as [source, ...values] (normalize.ts forms). */
 export interface FrameV1 {

@@ -15,7 +15,7 @@ import { fsyncDir, readJsonFile, syncFile, writeJsonAtomic } from '../io/durable
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
 import { type BatchMark, checkBatchMark, decodeFrameLine, type Frame, frameHeader } from './frames.js';
-import { encodeSegment } from './segments.js';
+import { encodeSegment } from '../store/segments.js';
 
 export interface SpoolRef {
   readonly dataset: string;

@@ -12,7 +12,7 @@ import { type RecordBatch, Table } from 'apache-arrow';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { SEQ_COLUMN } from './columns.js';
-import { writeDataFile } from './commit.js';
+import { writeDataFile } from '../flush/commit.js';
 import { type FileEntry, manifestRows, writeManifest } from './manifest.js';
 import { ParquetReader, scratchCounters } from './parquet.js';
 import type { PartitionStore } from './partition.js';

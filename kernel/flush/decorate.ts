@@ -10,7 +10,7 @@
 import { type Data, Int64, makeData, makeVector, Table, Utf8, type Vector } from 'apache-arrow';
 import type { ColumnSpec } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
-import { BATCH_ID_COLUMN, buildColumn, buildUtf8, ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
+import { BATCH_ID_COLUMN, buildColumn, buildUtf8, ROW_ID_COLUMN, SEQ_COLUMN } from '../store/columns.js';
 import { HASH128_CHARS, hash128Into } from './hash128.js';
 
 /** How one column's cells are read as bytes. */

@@ -10,7 +10,7 @@ import { HypsinkError } from '../../types/errors.js';
 import { fault } from '../fault.js';
 import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { KeyedMutex } from '../mutex.js';
-import type { CommitGuard } from './partition.js';
+import type { CommitGuard } from '../store/partition.js';
 
 interface AllocatorFile {
   v: 1;

@@ -9,9 +9,9 @@ import type { Data } from 'apache-arrow';
 import type { DatasetSchema } from '../../types/schema.js';
 import { type EncodedFile, encodeDataFile } from './commit.js';
 import { type PreparedRows, prepareBatches, stamp } from './decorate.js';
-import { frameBatches } from './frames.js';
-import { partitionRef } from './partition.js';
-import { readSegment } from './spool.js';
+import { frameBatches } from '../spool/frames.js';
+import { partitionRef } from '../store/partition.js';
+import { readSegment } from '../spool/spool.js';
 
 /** Read a sealed segment and build each partition's columns and row ids, in first-seen order. */
 export async function segmentRows(path: string, dataset: string, schema: DatasetSchema): Promise<Map<string, PreparedRows>> {

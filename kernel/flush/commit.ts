@@ -12,12 +12,12 @@ import { HypsinkError } from '../../types/errors.js';
 import { fault } from '../fault.js';
 import { writeNewFileDurable } from '../io/durable.js';
 import type { SeqAllocator } from './allocator.js';
-import { SEQ_COLUMN } from './columns.js';
-import { generationDir } from './generations.js';
-import type { FileEntry, RowGroupStats } from './manifest.js';
-import { manifestRows, writeManifest } from './manifest.js';
-import { encodeParquet } from './parquet.js';
-import type { PartitionStore } from './partition.js';
+import { SEQ_COLUMN } from '../store/columns.js';
+import { generationDir } from '../store/generations.js';
+import type { FileEntry, RowGroupStats } from '../store/manifest.js';
+import { manifestRows, writeManifest } from '../store/manifest.js';
+import { encodeParquet } from '../store/parquet.js';
+import type { PartitionStore } from '../store/partition.js';
 
 /**
  * Rows ready to commit: their count, and how to encode them once their seqs are

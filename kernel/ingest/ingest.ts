@@ -23,15 +23,15 @@ import { createHash, type Hash, randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { HypsinkError, isHypsinkError } from '../types/errors.js';
-import type { BatchRecord } from './cache/cache.js';
-import { type BatchMark, encodeFrameLine, markFrameLine } from './cache/frames.js';
-import { encodeSegment } from './cache/segments.js';
-import type { SpoolRef } from './cache/spool.js';
-import { BlockParsing } from './ingest/blocks.js';
-import type { FrameLine, ParseOutput, Rejection } from './ingest/parse.js';
-import { byteChunks, type LineBlock, LineBlocks } from './io/lines.js';
-import type { Hypsink } from './runtime.js';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
+import type { BatchRecord } from '../cache.js';
+import { type BatchMark, encodeFrameLine, markFrameLine } from '../spool/frames.js';
+import { encodeSegment } from '../store/segments.js';
+import type { SpoolRef } from '../spool/spool.js';
+import { BlockParsing } from './blocks.js';
+import type { FrameLine, ParseOutput, Rejection } from './parse.js';
+import { byteChunks, type LineBlock, LineBlocks } from '../io/lines.js';
+import type { Hypsink } from '../runtime.js';
 
 export interface IngestResult {
   accepted: number;
