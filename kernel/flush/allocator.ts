@@ -87,7 +87,14 @@ export class SeqAllocator {
     });
   }
 
+  /**
+   * The reservation on disk. It may be read outside the allocator's section (a
+   * batch record takes it as its `maxSeq`), so it is checked against what was
+   * handed out before the read began: a reservation landing during the read
+   * raises `end` above a file read before it, and is no regression.
+   */
   async readReserved(): Promise<bigint> {
+    const handedOut = this.end;
     const file = await readJsonFile<AllocatorFile>(
       this.path,
       (v) => {
@@ -97,10 +104,10 @@ export class SeqAllocator {
       'seq allocator file',
     );
     const reserved = file ? BigInt(file.reservedThrough) : 0n;
-    if (reserved < this.end) {
+    if (reserved < handedOut) {
       throw new HypsinkError(
         'HYPSINK_ERR_INVARIANT',
-        `seq allocator file ${this.path} went backwards (${reserved} < ${this.end} already handed out)`,
+        `seq allocator file ${this.path} went backwards (${reserved} < ${handedOut} already handed out)`,
       );
     }
     return reserved;
