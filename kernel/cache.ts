@@ -5,7 +5,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { promises as fsp, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { HypsinkError } from '../types/errors.js';
+import { HypsinkError, isHypsinkError } from '../types/errors.js';
 import { type DatasetSchema, PARTITION_COLUMN } from '../types/schema.js';
 import type { PartitionRef, TableRef } from '../types/storage.js';
 import { fault } from './fault.js';
@@ -456,7 +456,7 @@ export class Cache {
       });
     } catch (e) {
       // The lock's own folder went with the rename: releasing it may say it was lost.
-      if (!(moved && e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
+      if (!(moved && isHypsinkError(e) && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
     }
     this.spools.delete(`${ref.dataset}\0${ref.id}`);
     if (moved) await fsp.rm(trash, { recursive: true, force: true });

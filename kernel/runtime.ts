@@ -4,8 +4,9 @@
  */
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import type { Logger as Pino } from 'pino';
-import { HypsinkError } from '../types/errors.js';
+import { HypsinkError, isHypsinkError } from '../types/errors.js';
 import type { LifecycleHooks } from '../types/hooks.js';
 import type { PartitionRef } from '../types/storage.js';
 import { Cache, type FlushResult } from './cache.js';
@@ -16,6 +17,7 @@ import { parseDuration } from './config/duration.js';
 import { type LoadedConfig, unsetVariables } from './config/load.js';
 import { isBlobSink } from './config/schema.js';
 import { createHooks } from './hooks.js';
+import { type IngestOptions, type IngestResult, ingestNdjson } from './ingest/ingest.js';
 import { ParseWorker } from './ingest/parsers.js';
 import { createLogger } from './log.js';
 import { PluginHost } from './plugins/host.js';
@@ -45,23 +47,42 @@ export interface RetentionPass {
   readonly now?: number;
 }
 
+/** What `ingest` reads: row objects (of the dataset's columns), or NDJSON bytes. */
+export type IngestInput = Iterable<Record<string, unknown>> | AsyncIterable<Record<string, unknown>> | Readable;
+
+export interface HostIngestOptions extends Pick<IngestOptions, 'batchId' | 'onProgress'> {
+  /** The partition value (host or app name): every row's `source`. */
+  readonly source: string;
+}
+
+/**
+ * A kernel: the cache, its sinks and their state, opened from one config.
+ * Members marked internal are not public API (LLP 0024).
+ */
 export class Hypsink {
+  /** @internal */
   readonly driver: SinkDriver;
-  /** Where large ingests parse (LLP 0016). */
+  /** @internal Where large ingests parse (LLP 0016). */
   readonly parsers = new ParseWorker();
   private readonly abort = new AbortController();
   /** Aborted when a drain begins: no new unit starts; running ones go on under `signal`. */
   private readonly drainer = new AbortController();
   private draining: Promise<void> | undefined;
+  /** Sinks built so far (their plugins loaded, `${VAR}` values resolved, shippers created). */
+  private readonly built = new Map<string, SinkRuntime>();
+  /** Builds run one at a time: two ticks asking for sinks at once build each once. */
+  private builds: Promise<unknown> = Promise.resolve();
   private constructor(
+    /** @internal */
     readonly loaded: LoadedConfig,
+    /** @internal */
     readonly cache: Cache,
+    /** @internal */
     readonly log: Pino,
+    /** @internal */
     readonly hooks: LifecycleHooks,
-    /** Every configured sink, in config order. */
+    /** @internal Every configured sink, in config order. */
     readonly sinks: ReadonlyMap<string, SinkEntry>,
-    /** Sinks built so far (their `${VAR}` values resolved, their shippers created). */
-    private readonly built: Map<string, SinkRuntime>,
     private readonly buildEnv: BuildEnv,
     private readonly tickRequests: TickRequests,
   ) {
@@ -72,6 +93,7 @@ export class Hypsink {
     );
   }
 
+  /** @internal Hosts call `open` of the `hypsink` entry. */
   static async open(loaded: LoadedConfig, opts: RuntimeOptions = {}): Promise<Hypsink> {
     const log = opts.log ?? createLogger();
     const c = loaded.config;
@@ -80,25 +102,14 @@ export class Hypsink {
     const host = new PluginHost(hooks, log, loaded.baseDir);
     for (const spec of c.plugins) await host.load(spec);
     const sinks = new Map<string, SinkEntry>();
-    const built = new Map<string, SinkRuntime>();
     const tickRequests = new TickRequests();
     const id = { value: undefined as string | undefined };
     const env: BuildEnv = { loaded, log, host, cacheId: () => id.value, requestTick: (s) => tickRequests.request(s) };
-    try {
-      for (const [name, sc] of Object.entries(c.sinks)) {
-        await checkSinkPlugins(loaded, host, name, sc);
-        const entry = { name, kind: isBlobSink(sc) ? 'blob' : 'request', datasets: sc.datasets, state: SinkState.of(loaded.stateDir, name) } as const;
-        sinks.set(name, entry);
-        // Built now, so its own config is checked at load, unless it names a variable that is not
-        // set: that one waits for its first export, where it is needed (ingest, status never need it).
-        if (unsetVariables([sc.config, isBlobSink(sc) ? sc.writerConfig : {}]).length === 0) built.set(name, buildSink(env, name, sc, entry.state));
-      }
-      refuseSharedRoots(loaded, built.values());
-    } catch (e) {
-      for (const s of built.values()) await s.shipper.close().catch(() => undefined);
-      throw e;
-    } finally {
-      host.close();
+    // Each sink's plugins must provide its role (by their plugin.json); the sink is built, its
+    // plugins' code loaded, when a command first exports it. @ref LLP 0025
+    for (const [name, sc] of Object.entries(c.sinks)) {
+      await checkSinkPlugins(loaded, host, name, sc);
+      sinks.set(name, { name, kind: isBlobSink(sc) ? 'blob' : 'request', datasets: sc.datasets, state: SinkState.of(loaded.stateDir, name) });
     }
     const cache = await Cache.open({
       root: loaded.cacheRoot,
@@ -112,23 +123,25 @@ export class Hypsink {
       log.warn({ file: loaded.file, keys: loaded.unknownKeys }, `config keys ignored (unknown; a typo?): ${loaded.unknownKeys.join(', ')}`);
     }
     id.value = cache.id;
-    return new Hypsink(loaded, cache, log, hooks, sinks, built, env, tickRequests);
+    return new Hypsink(loaded, cache, log, hooks, sinks, env, tickRequests);
   }
 
+  /** @internal */
   get signal(): AbortSignal {
     return this.abort.signal;
   }
 
+  /** @internal */
   sinkStateDir(name: string): string {
     return SinkState.of(this.loaded.stateDir, name).dir;
   }
 
-  /** Listen for sinks asking for a prompt tick (`SinkBuildContext.requestTick`); returns the unsubscribe. */
+  /** @internal Listen for sinks asking for a prompt tick (`SinkBuildContext.requestTick`); returns the unsubscribe. */
   onTickRequest(listener: (sink: string) => void): () => void {
     return this.tickRequests.listen(listener);
   }
 
-  /** A configured sink, unbuilt. */
+  /** @internal A configured sink, unbuilt. */
   entry(name: string): SinkEntry {
     const s = this.sinks.get(name);
     if (!s) {
@@ -137,25 +150,59 @@ export class Hypsink {
     return s;
   }
 
-  /**
-   * A configured sink, built: every sink is built at load unless its config
-   * names a variable that is not set; that one is built here, on its first use.
-   */
-  sink(name: string): SinkRuntime {
-    const entry = this.entry(name);
-    const have = this.built.get(name);
-    if (have) return have;
-    const made = buildSink(this.buildEnv, name, this.loaded.config.sinks[name]!, entry.state);
-    try {
-      refuseSharedRoots(this.loaded, [...this.built.values(), made]);
-    } catch (e) {
-      void made.shipper.close().catch(() => undefined);
-      throw e;
-    }
-    this.built.set(name, made);
-    return made;
+  /** @internal A configured sink, built on first use (with every other buildable sink: see `build`). */
+  async sink(name: string): Promise<SinkRuntime> {
+    this.entry(name);
+    await this.build([name]);
+    return this.built.get(name)!;
   }
 
+  /**
+   * Build the `named` sinks, and every other sink whose `${VAR}` values are all
+   * set, then check that no two of them write one dataset to the same place.
+   * A sink naming an unset variable is built only when named: its exports are
+   * where the variable is needed.
+   */
+  private build(named: readonly string[]): Promise<void> {
+    const run = async () => {
+      for (const [name, sc] of Object.entries(this.loaded.config.sinks)) {
+        if (this.built.has(name)) continue;
+        if (!named.includes(name) && unsetVariables([sc.config, isBlobSink(sc) ? sc.writerConfig : {}]).length > 0) continue;
+        this.built.set(name, await buildSink(this.buildEnv, name, sc, this.entry(name).state));
+      }
+      refuseSharedRoots(this.loaded, this.built.values());
+    };
+    const next = this.builds.then(run);
+    this.builds = next.catch(() => undefined);
+    return next;
+  }
+
+  /**
+   * Build every sink as an export would, exporting nothing: each one's plugins
+   * load, its `${VAR}` values resolve and its own config is checked. Returns
+   * the sink names.
+   */
+  async validate(): Promise<string[]> {
+    await this.build([...this.sinks.keys()]);
+    return [...this.sinks.keys()];
+  }
+
+  /**
+   * Record rows as one batch, exactly once, then flush (LLP 0021). Retrying a
+   * failed or interrupted ingest with the same `batchId` never adds a row
+   * twice: a batch ingested whole before is acknowledged (`duplicate`), one cut
+   * short goes on after its last durable line. Without a `batchId` one is made
+   * and named in any error. Rows that fail the dataset's schema go to the dead
+   * letter and are counted in `rejected`; an `IngestError` says whether none,
+   * some or all of the batch is durable.
+   */
+  async ingest(dataset: string, rows: IngestInput, opts: HostIngestOptions): Promise<IngestResult> {
+    this.cache.schema(dataset); // an unknown dataset fails before any row is read
+    const input = rows instanceof Readable ? rows : Readable.from(ndjsonLines(rows));
+    return ingestNdjson(this, dataset, opts.source, input, opts.batchId ? `batch ${opts.batchId}` : 'rows', opts);
+  }
+
+  /** Commit every spooled row to the cache's partitions. */
   async flush(): Promise<FlushResult> {
     const r = await this.cache.flushAll();
     if (r.partitions.length > 0) await this.hooks.cacheFlushed.promise({ partitions: r.partitions });
@@ -164,14 +211,14 @@ export class Hypsink {
 
   /** One tick of the named sink, or of every sink. */
   async export(name?: string, opts: { respectBackoff?: boolean; onPartition?: (r: PartitionReport) => void } = {}): Promise<TickReport[]> {
-    const targets = name ? [this.sink(name)] : [...this.sinks.keys()].map((n) => this.sink(n));
+    const targets = name ? [await this.sink(name)] : await Promise.all([...this.sinks.keys()].map((n) => this.sink(n)));
     const out: TickReport[] = [];
     for (const s of targets) out.push(await this.driver.tick(s, opts.respectBackoff ?? false, opts.onPartition));
     return out;
   }
 
   /**
-   * Every sink that holds rows of a dataset: the configured ones exporting it,
+   * @internal Every sink that holds rows of a dataset: the configured ones exporting it,
    * and every sink state on disk that has exported it, configured now or not,
    * until the operator forgets it.
    * @ref LLP 0019: gaps are counted against every watermark on disk
@@ -189,7 +236,7 @@ export class Hypsink {
   }
 
   /**
-   * What retention consults, over every holder: the lowest watermark (-1 when a
+   * @internal What retention consults, over every holder: the lowest watermark (-1 when a
    * holder has exported nothing of the partition; undefined when none holds its
    * dataset), and the units in flight, which even the hard cap keeps.
    * @ref LLP 0006: ack-coupled retention and gaps
@@ -222,7 +269,7 @@ export class Hypsink {
   }
 
   /**
-   * One retention pass. Rows above some holder's watermark are pruned only by
+   * @internal One retention pass. Rows above some holder's watermark are pruned only by
    * the hard cap, or by any prune when `ackCoupled` is off; either way they are
    * counted as that holder's gap, and the pass runs with every holder's exports
    * held (so a planned unit's rows never change under it). When an export is
@@ -236,7 +283,7 @@ export class Hypsink {
     try {
       return await this.driver.quiesce((await this.holders()).map((h) => h.state), () => run(pass));
     } catch (e) {
-      if (!(e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
+      if (!(isHypsinkError(e) && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
       this.log.warn({ reason: e.message }, 'an export is running: this retention pass keeps to rows every sink has exported (no hard cap)');
       return run({ ...pass, hardMaxRows: undefined, ackCoupled: true });
     }
@@ -345,7 +392,7 @@ export class Hypsink {
 
   /** The operator moved a sink's data: its watermarks now belong to its configured destination. */
   async acceptDestination(name: string): Promise<{ from: string | null; to: string }> {
-    const s = this.sink(name);
+    const s = await this.sink(name);
     if (s.destination === null) {
       throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its plugin does not say where its units go, so there is no destination to accept`);
     }
@@ -382,11 +429,16 @@ export class Hypsink {
     await this.parsers.close();
   }
 
+  /** @internal */
   async deadLetterDir(): Promise<string> {
     const dir = join(this.loaded.stateDir, 'dead-letter');
     await fsp.mkdir(dir, { recursive: true });
     return dir;
   }
+}
+
+async function* ndjsonLines(rows: Iterable<Record<string, unknown>> | AsyncIterable<Record<string, unknown>>): AsyncGenerator<string> {
+  for await (const row of rows) yield `${JSON.stringify(row)}\n`;
 }
 
 /** What `hypsink forget` shows before it drops anything. */

@@ -37,7 +37,15 @@ export interface HypsinkErrorOptions {
   readonly tooLarge?: boolean;
 }
 
+/**
+ * The mark every hypsink error carries, shared by every copy of hypsink in a
+ * process (`Symbol.for` is process-wide): a plugin installed with its own copy
+ * throws errors the kernel still knows by their code. @ref LLP 0024
+ */
+const BRAND = Symbol.for('hypsink.error');
+
 export class HypsinkError extends Error {
+  readonly [BRAND] = true;
   readonly code: ErrorCode;
   readonly retryable: boolean;
   readonly retryAfterMs: number | undefined;
@@ -59,8 +67,27 @@ export class HypsinkError extends Error {
   get exitCode(): number {
     return ERROR_CODES[this.code].exit;
   }
+
+  /**
+   * `e instanceof HypsinkError` is true for an error of any hypsink copy with a
+   * code this one knows; a subclass keeps class identity.
+   */
+  static override [Symbol.hasInstance](e: unknown): boolean {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the class instanceof was asked about, a subclass too
+    return this === HypsinkError ? isHypsinkError(e) : Function.prototype[Symbol.hasInstance].call(this, e);
+  }
 }
 
+/**
+ * A hypsink error, known by its mark and code, not by class identity: any
+ * number of hypsink copies agree. @ref LLP 0024
+ */
 export function isHypsinkError(e: unknown): e is HypsinkError {
-  return e instanceof HypsinkError;
+  return (
+    typeof e === 'object' &&
+    e !== null &&
+    (e as { [BRAND]?: unknown })[BRAND] === true &&
+    typeof (e as { code?: unknown }).code === 'string' &&
+    Object.hasOwn(ERROR_CODES, (e as { code: string }).code)
+  );
 }

@@ -98,6 +98,6 @@ export async function dataFiles(k: Hypsink, p: PartitionRef): Promise<DataFile[]
 
 /** The sink's watermark on a partition, as a seq (-1 before the first export). */
 export async function watermark(k: Hypsink, sink: string, p: PartitionRef): Promise<bigint> {
-  const rec = await k.sink(sink).watermarks.read(p);
+  const rec = await (await k.sink(sink)).watermarks.read(p);
   return rec.continuation ? BigInt(rec.continuation.seq) : -1n;
 }

@@ -5,18 +5,16 @@
 import { promises as fsp } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Readable } from 'node:stream';
-import { SingleBar } from 'cli-progress';
+import type { SingleBar } from 'cli-progress';
 import { Command } from 'commander';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
-import { loadConfig } from '../config/load.js';
-import { Daemon } from '../daemon.js';
-import { IngestError, ingestNdjson, rejectedError } from '../ingest/ingest.js';
-import { createLogger, maskSecrets } from '../log.js';
-import { createMetrics, serveMetrics } from '../metrics.js';
-import { Hypsink } from '../runtime.js';
-import { runDemo } from './demo.js';
-import { writeStarter } from './init.js';
-import { exportTable, forgetText, statusTable } from './render.js';
+import type { Hypsink } from '../runtime.js';
+
+// Each command imports what it runs when it runs: `--help` loads commander only, `ingest` and
+// `status` no exporter's code, so a host that calls `ingest` often pays for ingest alone. @ref LLP 0025
+const api = () => import('../api.js');
+const logs = () => import('../log.js');
+const render = () => import('./render.js');
 
 interface Out {
   out(s: string): void;
@@ -30,8 +28,7 @@ const stdio: Out = {
 
 async function open(cmd: Command): Promise<Hypsink> {
   const { config } = cmd.optsWithGlobals<{ config?: string }>();
-  const loaded = await loadConfig(config);
-  return Hypsink.open(loaded, { log: createLogger() });
+  return (await api()).open({ config });
 }
 
 async function withKernel<T>(cmd: Command, fn: (k: Hypsink) => Promise<T>): Promise<T> {
@@ -57,8 +54,9 @@ async function openInput(file: string): Promise<Readable> {
   }
 }
 
-function progressBar(label: string): SingleBar | null {
+async function progressBar(label: string): Promise<SingleBar | null> {
   if (!process.stderr.isTTY) return null;
+  const { SingleBar } = await import('cli-progress');
   return new SingleBar({ format: `${label} {bar} {value}/{total}`, stream: process.stderr, hideCursor: true });
 }
 
@@ -77,7 +75,7 @@ export function buildProgram(io: Out = stdio): Command {
     .action(async (o: { force?: boolean }, cmd: Command) => {
       // --config may stand before the command too, where the program's option takes it.
       const path = resolve(cmd.optsWithGlobals<{ config?: string }>().config ?? 'hypsink.config.json');
-      await writeStarter(path, o.force ?? false);
+      await (await import('./init.js')).writeStarter(path, o.force ?? false);
       io.out(`wrote ${path}`);
     });
 
@@ -91,11 +89,12 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--json', 'print the result as JSON')
     .action(async (dataset: string, o: { source: string; file: string; batchId?: string; json?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
+        const { IngestError, ingestNdjson, rejectedError } = await import('../ingest/ingest.js');
         k.cache.schema(dataset); // an unknown dataset fails before any input is opened
         const input = o.file === '-' ? process.stdin : await openInput(o.file);
         const label = o.file === '-' ? '<stdin>' : resolve(o.file);
         // On a TTY: lines read so far (the input's length is not known ahead, stdin included).
-        const bar = o.json ? null : progressBar('ingest (lines)');
+        const bar = o.json ? null : await progressBar('ingest (lines)');
         bar?.start(1, 0);
         let r: Awaited<ReturnType<typeof ingestNdjson>>;
         try {
@@ -109,7 +108,7 @@ export function buildProgram(io: Out = stdio): Command {
         } catch (e) {
           // Exit 0 says every valid row is durable: spooled whole, it commits with the next flush.
           if (!(e instanceof IngestError && e.durable === 'all' && e.retryable)) throw e;
-          io.err(maskSecrets(`hypsink: warning: ${e.code}: ${e.message}`));
+          io.err((await logs()).maskSecrets(`hypsink: warning: ${e.code}: ${e.message}`));
           r = e.result;
         } finally {
           bar?.stop();
@@ -144,7 +143,7 @@ export function buildProgram(io: Out = stdio): Command {
     .action(async (o: { sink?: string; json?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
         await k.flush();
-        const bar = o.json ? null : progressBar('export');
+        const bar = o.json ? null : await progressBar('export');
         let done = 0;
         bar?.start(1, 0);
         const reports = await k.export(o.sink, {
@@ -176,7 +175,7 @@ export function buildProgram(io: Out = stdio): Command {
             }),
           );
         } else {
-          io.out(exportTable(reports));
+          io.out((await render()).exportTable(reports));
         }
         const failed = reports.flatMap((r) => r.partitions.filter((p) => p.error));
         if (failed.length > 0) throw failed[0]!.error!;
@@ -190,7 +189,8 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', (v) => Number(v))
     .action(async (o: { metricsPort?: number }, cmd: Command) => {
       const k = await open(cmd);
-      const metrics = o.metricsPort === undefined ? null : await serveMetrics(createMetrics(k), o.metricsPort);
+      const { Daemon } = await import('../daemon.js');
+      const metrics = o.metricsPort === undefined ? null : await import('../metrics.js').then((m) => m.serveMetrics(m.createMetrics(k), o.metricsPort!));
       if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');
       const d = new Daemon(k, {
         onTick: (r) => k.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick'),
@@ -242,7 +242,7 @@ export function buildProgram(io: Out = stdio): Command {
     .action(async (name: string, o: { dataset?: string; yes?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
         const plan = await k.forgetPlan(name, o.dataset);
-        io.out(forgetText(plan, o.yes ?? false));
+        io.out((await render()).forgetText(plan, o.yes ?? false));
         if (o.yes) await k.forget(plan);
       });
     });
@@ -259,6 +259,17 @@ export function buildProgram(io: Out = stdio): Command {
     });
 
   program
+    .command('validate')
+    .description('check the config as an export would: every sink built (its plugins, environment variables and own config); nothing exported')
+    .option('--config <file>', 'config file')
+    .action(async (_o: unknown, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        const names = await k.validate();
+        io.out(`config OK: ${names.length} sink(s)${names.length ? ` (${names.join(', ')})` : ''}`);
+      });
+    });
+
+  program
     .command('status')
     .description('per sink × partition: watermark, pending, exported, intent, gaps, last error')
     .option('--json', 'print as JSON')
@@ -266,7 +277,7 @@ export function buildProgram(io: Out = stdio): Command {
     .action(async (o: { json?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
         const s = await k.status();
-        io.out(o.json ? JSON.stringify(s) : statusTable(s));
+        io.out(o.json ? JSON.stringify(s) : (await render()).statusTable(s));
       });
     });
 
@@ -275,6 +286,7 @@ export function buildProgram(io: Out = stdio): Command {
     .description('the main job: ingest a new batch of demo rows and export it (what npm start runs)')
     .option('--config <file>', 'config file')
     .action(async (_o: unknown, cmd: Command) => {
+      const { runDemo } = await import('./demo.js');
       await withKernel(cmd, (k) => runDemo(k, io.out));
     });
 
@@ -289,7 +301,7 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--max-body-bytes <n>', 'answer 413 to bodies larger than this (default 16 MiB)', (v) => Number(v))
     .action(async (o: { port: number; data: string; token?: string; maxInflight?: number; rate?: number; maxBodyBytes?: number }) => {
       const { startReceiver } = await import('../../fixtures/receiver/server.js');
-      const log = createLogger();
+      const log = (await logs()).createLogger();
       // Without --token, HYPSINK_TOKEN is the token: argv is visible to every local user.
       const token = o.token ?? (process.env.HYPSINK_TOKEN || undefined);
       if (o.maxBodyBytes !== undefined && !(Number.isSafeInteger(o.maxBodyBytes) && o.maxBodyBytes > 0)) {
@@ -318,6 +330,7 @@ export async function main(argv: string[], io: Out = stdio): Promise<number> {
       // Help and version are not errors; usage mistakes are bad input.
       return err.code === 'commander.helpDisplayed' || err.code === 'commander.version' ? 0 : 2;
     }
+    const { maskSecrets } = await logs();
     if (isHypsinkError(e)) {
       io.err(maskSecrets(`hypsink: ${e.code}: ${e.message}\n  → ${e.hint}`));
       return e.exitCode;

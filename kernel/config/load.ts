@@ -166,9 +166,21 @@ export async function loadConfig(explicit: string | undefined, cwd = process.cwd
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
     if (explicit) throw new HypsinkError('HYPSINK_ERR_CONFIG', `config file ${candidate} does not exist (run "hypsink init" to write one)`);
   }
-  const where = file ?? 'embedded default config';
+  return configFrom(raw, file, file ? dirname(file) : cwd);
+}
+
+/**
+ * A config given as an object (an embedding host's), validated as a file's
+ * would be; relative paths resolve against `baseDir`. `name` stands in for the
+ * file name in errors.
+ */
+export function configFromObject(raw: unknown, baseDir: string, name = 'config object'): LoadedConfig {
+  return configFrom(raw, null, resolve(baseDir), name);
+}
+
+function configFrom(raw: unknown, file: string | null, baseDir: string, name?: string): LoadedConfig {
+  const where = file ?? name ?? 'embedded default config';
   const config = validateConfig(interpolateConfig(raw, where), where);
-  const baseDir = file ? dirname(file) : cwd;
   return {
     config,
     unknownKeys: unknownKeys(raw),

@@ -13,7 +13,7 @@ import { promises as fsp } from 'node:fs';
 import { HypsinkError } from '../../types/errors.js';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { CommitRows, EncodedFile } from './commit.js';
-import { WorkerStopped, WorkerThread } from '../io/worker.js';
+import { WorkerStopped, WorkerThread, workerEntry } from '../io/worker.js';
 import { encodeRows, segmentRows } from './segment-rows.js';
 
 /** What the flush thread asks of the worker. */
@@ -41,7 +41,7 @@ export class FlushEncoder {
   private nextJob = 0;
   /** Jobs prepared in the worker and not yet released: the worker holds their rows. */
   private readonly open = new Set<number>();
-  private readonly worker = new WorkerThread<FlushJob, FlushReply>(new URL('./flush-worker.ts', import.meta.url), {
+  private readonly worker = new WorkerThread<FlushJob, FlushReply>(workerEntry('flush-worker', import.meta.url), {
     what: 'flush worker',
     onStop: 'the segment stays in its spool and the next flush retries it',
     idleMs: IDLE_MS,

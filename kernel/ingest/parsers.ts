@@ -5,7 +5,7 @@
  * @ref LLP 0016: ingest parses in a worker
  */
 import { HypsinkError } from '../../types/errors.js';
-import { WorkerThread } from '../io/worker.js';
+import { WorkerThread, workerEntry } from '../io/worker.js';
 import type { ParseOptions, ParseOutput } from './parse.js';
 
 /** What the ingesting thread asks of the parse worker. */
@@ -18,7 +18,7 @@ export interface ParseReply {
 const IDLE_MS = 5_000;
 
 export class ParseWorker {
-  private readonly worker = new WorkerThread<ParseJob, ParseReply>(new URL('./parse-worker.ts', import.meta.url), {
+  private readonly worker = new WorkerThread<ParseJob, ParseReply>(workerEntry('parse-worker', import.meta.url), {
     what: 'ingest parse worker',
     idleMs: IDLE_MS,
   });

@@ -25,7 +25,7 @@ import { randomBytes } from 'node:crypto';
 import { type BigIntStats, promises as fsp } from 'node:fs';
 import { hostname } from 'node:os';
 import lockfile from 'proper-lockfile';
-import { HypsinkError } from '../../types/errors.js';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 
 export interface LockOptions {
   /** How long to wait for another holder before failing (ms). */
@@ -176,7 +176,7 @@ export class ProcessLock {
     try {
       await this.acquire(op, 0);
     } catch (e) {
-      if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_LOCKED') return { ran: false };
+      if (isHypsinkError(e) && e.code === 'HYPSINK_ERR_LOCKED') return { ran: false };
       throw e;
     }
     try {

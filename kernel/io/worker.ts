@@ -29,6 +29,11 @@ export interface WorkerThreadOptions {
   readonly holding?: () => boolean;
 }
 
+/** A worker entry beside `from` (an import.meta.url): `name`.ts when running from sources, `name`.js compiled. */
+export function workerEntry(name: string, from: string): URL {
+  return new URL(`./${name}${from.endsWith('.ts') ? '.ts' : '.js'}`, from);
+}
+
 export class WorkerThread<Req extends object, Rep extends object> {
   private worker: Worker | undefined;
   private readonly calls = new Map<number, { resolve: (r: Rep) => void; reject: (e: Error) => void }>();
@@ -69,11 +74,11 @@ export class WorkerThread<Req extends object, Rep extends object> {
 
   private start(): Worker {
     if (this.worker) return this.worker;
-    // Workers run the kernel's TypeScript like the main thread: they register the same loader first.
-    const tsx = import.meta.resolve('tsx/esm/api');
-    const w = new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(this.entry.href)}); })`, {
-      eval: true,
-    });
+    // Compiled (dist/), a worker is plain JavaScript. Run from sources (tests, the bench), it
+    // registers the TypeScript loader the main thread runs under first; only then is tsx needed.
+    const w = this.entry.pathname.endsWith('.ts')
+      ? new Worker(`import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then((m) => { m.register(); return import(${JSON.stringify(this.entry.href)}); })`, { eval: true })
+      : new Worker(this.entry);
     w.unref(); // an idle worker never holds the process open
     w.on('message', (r: Reply<Rep> & { call: number }) => {
       const pending = this.calls.get(r.call);

@@ -10,14 +10,23 @@ import { createRequire } from 'node:module';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { HypsinkError } from '../../types/errors.js';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { LifecycleHooks } from '../../types/hooks.js';
 import { type ActivateFn, type Capability, PLUGIN_API_VERSION, type PluginContext, type PluginManifest } from '../../types/plugins.js';
 import type { DestinationFactory, EncoderFactory, SinkFactory } from '../../types/sinks.js';
 import { taps } from '../hooks.js';
 import type { Logger } from '../../types/plugins.js';
 
-export const BUILTIN_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../plugins');
+/** Running from TypeScript sources (tests, the bench), under tsx, rather than compiled (dist/). */
+const FROM_SOURCES = import.meta.url.endsWith('.ts');
+
+/** Set by the CLI bundle (scripts/build.mjs), whose chunks sit elsewhere in dist/: the plugins folder relative to them. */
+declare const __HYPSINK_PLUGINS_DIR__: string | undefined;
+
+export const BUILTIN_DIR = resolve(
+  dirname(fileURLToPath(import.meta.url)),
+  typeof __HYPSINK_PLUGINS_DIR__ === 'string' ? __HYPSINK_PLUGINS_DIR__ : '../../plugins',
+);
 const BUILTIN_PREFIX = '@hypsink/';
 
 const manifestSchema = z.object({
@@ -39,7 +48,10 @@ export class PluginHost {
   readonly registry: Registry = { sinks: new Map(), encoders: new Map(), destinations: new Map() };
   private readonly loaded = new Map<string, PluginManifest>();
   private readonly loading = new Set<string>();
-  private closed = false;
+  /** Plugins named by a sink, known by their manifest, not yet imported. */
+  private readonly prepared = new Map<string, PluginManifest>();
+  /** The plugin whose `activate` is running: the only one that may register. */
+  private activating: string | undefined;
 
   constructor(
     private readonly hooks: LifecycleHooks,
@@ -47,17 +59,36 @@ export class PluginHost {
     private readonly baseDir: string,
   ) {}
 
-  /** Close registration: a plugin cannot add sinks once the kernel runs. */
-  close(): void {
-    this.closed = true;
-  }
-
   /** What kind of thing a registered name is, for config errors. */
-  kindOf(name: string): 'sink' | 'encoder' | 'destination' | undefined {
+  kindOf(name: string): Capability | undefined {
     if (this.registry.sinks.has(name)) return 'sink';
     if (this.registry.encoders.has(name)) return 'encoder';
     if (this.registry.destinations.has(name)) return 'destination';
     return undefined;
+  }
+
+  /**
+   * What a plugin named by a sink provides, from its plugin.json alone: the
+   * checks of the config run without importing its code.
+   */
+  async prepare(spec: string): Promise<readonly Capability[]> {
+    const kind = this.kindOf(spec);
+    if (kind) return [kind];
+    const have = this.prepared.get(spec) ?? this.loaded.get(this.locate(spec));
+    if (have) return have.provides;
+    const m = await this.readManifest(spec, this.locate(spec));
+    this.checkApiVersion(m);
+    this.prepared.set(spec, m);
+    return m.provides;
+  }
+
+  /** Import and activate the plugin a sink names, once, when the sink is built. */
+  async activateFor(spec: string, want: Capability): Promise<void> {
+    if (!this.kindOf(spec)) await this.load(spec);
+    const kind = this.kindOf(spec);
+    if (kind !== want) {
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: its plugin.json provides a ${want}, but activate registered ${kind ? `a ${kind}` : 'nothing'} named "${spec}"`);
+    }
   }
 
   /** Load a plugin by built-in name (`@hypsink/x`), filesystem path, or package name. */
@@ -125,7 +156,9 @@ export class PluginHost {
   }
 
   private async importActivate(m: PluginManifest, dir: string): Promise<ActivateFn> {
-    const candidates = m.main ? [m.main] : ['src/index.ts', 'src/index.js', 'index.js'];
+    // Compiled, hypsink runs no TypeScript loader: a plugin's JavaScript comes first, and its
+    // TypeScript only from sources (tests), where the loader is there. @ref LLP 0024
+    const candidates = m.main ? [m.main] : FROM_SOURCES ? ['src/index.ts', 'src/index.js', 'index.js', 'dist/index.js'] : ['dist/index.js', 'index.js', 'src/index.js'];
     for (const rel of candidates) {
       const file = join(dir, rel);
       try {
@@ -140,12 +173,14 @@ export class PluginHost {
       }
       return fn as ActivateFn;
     }
-    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${dir} (tried ${candidates.join(', ')})`);
+    const ts = !FROM_SOURCES && !m.main && (await fsp.access(join(dir, 'src/index.ts')).then(() => true, () => false));
+    const hint = ts ? '; it has src/index.ts only: build it to JavaScript (dist/index.js), or name its module in plugin.json "main"' : '';
+    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${dir} (tried ${candidates.join(', ')})${hint}`);
   }
 
   private async activate(m: PluginManifest, activate: ActivateFn, builtin: boolean): Promise<void> {
     const register = <F extends { name: string }>(cap: Capability, map: Map<string, F>) => (f: F) => {
-      if (this.closed) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: registration is closed once the kernel has started`);
+      if (this.activating !== m.name) throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: registration is closed once its activate has returned`);
       // Built-ins load on first use: a name of theirs taken earlier would silently replace them.
       if (!builtin && f.name.startsWith(BUILTIN_PREFIX)) {
         throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: "${f.name}" is in the reserved ${BUILTIN_PREFIX} scope of the built-in plugins; give it a name of your own`);
@@ -162,11 +197,14 @@ export class PluginHost {
       registerEncoder: register('encoder', this.registry.encoders),
       registerDestination: register('destination', this.registry.destinations),
     });
+    this.activating = m.name;
     try {
       await activate(ctx);
     } catch (e) {
-      if (e instanceof HypsinkError) throw e;
+      if (isHypsinkError(e)) throw e;
       throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: activate failed: ${(e as Error).message}`, { cause: e });
+    } finally {
+      this.activating = undefined;
     }
   }
 }

@@ -1,13 +1,13 @@
 /**
- * From a sink's config to what exports it. At load, the plugins it names are
- * loaded and must provide what its role needs (`checkSinkPlugins`), and the
- * sink is built (`buildSink`: its `${VAR}` values resolved, its shipper
- * created, its own config checked) unless a variable it names is not set:
- * then it is built at its first export. A process that only records rows
- * (`ingest`) or reads state (`status`) never needs an exporter's credentials.
+ * From a sink's config to what exports it. At load, the plugins it names must
+ * provide what its role needs, by their plugin.json (`checkSinkPlugins`). The
+ * sink is built when a command first needs it (`buildSink`: its plugins'
+ * code loaded, its `${VAR}` values resolved, its shipper created, its own
+ * config checked). A process that only records rows (`ingest`) or reads state
+ * (`status`) never loads an exporter's code or needs its credentials.
  */
 import type { Logger as Pino } from 'pino';
-import { HypsinkError } from '../../types/errors.js';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { BlobDestination, SinkBuildContext, UnitShipper } from '../../types/sinks.js';
 import { parseDuration } from '../config/duration.js';
 import { interpolate, type LoadedConfig } from '../config/load.js';
@@ -26,18 +26,20 @@ const a = (kind: string) => `${kind === 'encoder' ? 'an' : 'a'} ${kind}`;
 
 const where = (loaded: LoadedConfig, name: string) => `${loaded.file ?? 'embedded default config'}: sink "${name}"`;
 
-/** Load the plugins a sink names and check each provides what its role needs. */
+/**
+ * Check that the plugins a sink names provide what its role needs, from their
+ * plugin.json (their code loads when the sink is built). @ref LLP 0025
+ */
 export async function checkSinkPlugins(loaded: LoadedConfig, host: PluginHost, name: string, sc: SinkConfig): Promise<void> {
   const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
-    if (!host.kindOf(spec)) {
-      try {
-        await host.load(spec);
-      } catch (e) {
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where(loaded, name)}: ${field}: ${(e as Error).message}`, { cause: e });
-      }
+    let provides: readonly string[];
+    try {
+      provides = await host.prepare(spec);
+    } catch (e) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where(loaded, name)}: ${field}: ${(e as Error).message}`, { cause: e });
     }
-    const kind = host.kindOf(spec);
-    if (kind !== want) {
+    if (!provides.includes(want)) {
+      const kind = provides[0];
       const hint =
         want === 'destination' && kind === 'sink'
           ? `; a request sink is configured with "plugin": "${spec}", without "writer"`
@@ -71,9 +73,19 @@ function destinationRoot(d: BlobDestination): string | undefined {
   return where.endsWith(probe) ? where.slice(0, -probe.length) : undefined;
 }
 
-/** Resolve the sink's `${VAR}` values and create its shipper (plugins checked at load). */
-export function buildSink(env: BuildEnv, name: string, sc: SinkConfig, state: SinkState): SinkRuntime {
+/** Load the sink's plugins, resolve its `${VAR}` values and create its shipper (plugins checked at load). */
+export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, state: SinkState): Promise<SinkRuntime> {
   const w = where(env.loaded, name);
+  try {
+    if (isBlobSink(sc)) {
+      await env.host.activateFor(sc.writer, 'encoder');
+      await env.host.activateFor(sc.destination, 'destination');
+    } else {
+      await env.host.activateFor(sc.plugin, 'sink');
+    }
+  } catch (e) {
+    throw new HypsinkError(isHypsinkError(e) ? e.code : 'HYPSINK_ERR_PLUGIN', `${w}: ${(e as Error).message}`, { cause: e });
+  }
   const build: SinkBuildContext = {
     sink: name,
     stateDir: state.dir,
@@ -109,10 +121,10 @@ export function buildSink(env: BuildEnv, name: string, sc: SinkConfig, state: Si
     }
   } catch (e) {
     // A plugin's own config check names the sink and field; add the file.
-    if (e instanceof HypsinkError && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(w)) {
+    if (isHypsinkError(e) && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(w)) {
       throw new HypsinkError('HYPSINK_ERR_CONFIG', `${env.loaded.file ?? 'embedded default config'}: ${e.message}`, { cause: e });
     }
-    if (e instanceof HypsinkError) throw e;
+    if (isHypsinkError(e)) throw e;
     throw new HypsinkError('HYPSINK_ERR_CONFIG', `${w}: ${(e as Error).message}`, { cause: e });
   }
   return {

@@ -8,7 +8,7 @@ import { openAsBlob } from 'node:fs';
 import { type RecordBatch, type Table, tableFromIPC, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import type { ReadCounters } from '../../types/storage.js';
-import { HypsinkError } from '../../types/errors.js';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import { readFaulted } from '../fault.js';
 import { ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 
@@ -185,7 +185,7 @@ export class ParquetReader {
     try {
       reader = new ParquetReader(path, await bytes.race(pw.ParquetFile.fromFile(counting), 'reading its footer'), bytes);
     } catch (e) {
-      if (e instanceof HypsinkError) throw e;
+      if (isHypsinkError(e)) throw e;
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} is not a readable Parquet file (${String(e)})`, { cause: e });
     }
     if (expect) {
@@ -247,7 +247,7 @@ export class ParquetReader {
       const wasmTable = await this.bytes.race(this.file.read({ rowGroups: [index], concurrency: 1, ...(wanted ? { columns: wanted } : {}) }), `reading row group ${index}`);
       batches = tableFromIPC(wasmTable.intoIPCStream()).batches;
     } catch (e) {
-      if (e instanceof HypsinkError) throw e;
+      if (isHypsinkError(e)) throw e;
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${this.path}: row group ${index} cannot be decoded (${String(e)})`, { cause: e });
     }
     this.checkSeqs(index, batches, wanted === undefined || wanted.includes(SEQ_COLUMN));

@@ -167,8 +167,9 @@ const BAD: BadCase[] = [
       archive(c).config = { dir: 42 };
     },
     says: [/sink "archive": config\.dir/],
-    // The plugin validates its own config; its message names sink and field, not the file.
+    // The plugin validates its own config when the sink is built; its message names sink and field, not the file.
     file: false,
+    command: 'validate',
   },
   {
     name: 'two blob sinks writing one dataset to the same dir (spelled differently)',
@@ -176,6 +177,7 @@ const BAD: BadCase[] = [
       c.sinks.copy = { ...archive(c), writer: '@hypsink/format-jsonl', config: { dir: './exports/' } };
     },
     says: [/sinks "archive" and "copy" both write dataset "events" to .*exports\/; give each sink its own dir or prefix/],
+    command: 'validate',
   },
   {
     name: 'unit.maxRows not a positive integer',

@@ -53,9 +53,10 @@ test('1. two sources, unit.maxRows 7: every row once, one batch id per chunk, th
     const { k, logs } = await openKernel(ws.configPath);
     try {
       const advanced: (WatermarkAdvancedEvent & { onDisk: string | null })[] = [];
+      const central = await k.sink('central');
       k.hooks.watermarkAdvanced.tap('e2e', (e) => {
         // Fired right after the durable write: the record on disk already says `to`.
-        const rec = JSON.parse(readFileSync(k.sink('central').watermarks.path(e.partition), 'utf8')) as { continuation: { seq: string } | null };
+        const rec = JSON.parse(readFileSync(central.watermarks.path(e.partition), 'utf8')) as { continuation: { seq: string } | null };
         advanced.push({ ...e, onDisk: rec.continuation?.seq ?? null });
       });
       await ingest(k, 'alpha', 1, 20);

@@ -19,7 +19,7 @@ import { Hypsink, type PartitionStatus, type StatusReport } from '../../kernel/r
 import { tempDir } from '../receiver/helpers.js';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
-export const BIN = join(REPO, 'bin/hypsink.js');
+export const BIN = join(REPO, 'test/support/bin.mjs');
 
 /** The token the config reads through `${HYPSINK_TOKEN}` (and the receiver expects). */
 export const TOKEN = 'e2e-bearer-Tk7Qz9Lw2Xp4';

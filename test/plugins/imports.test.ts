@@ -1,7 +1,8 @@
 /**
- * The house rule (DESIGN §1): a plugin imports only from `types/`, its own
- * folder, Node built-ins and npm packages the project depends on — never from
- * `kernel/`. Every source under `plugins/` (and the third-party test plugins
+ * The house rule (DESIGN §1, LLP 0024): a plugin imports hypsink only as
+ * `hypsink/plugin` (the package's public plugin entry), besides its own folder,
+ * Node built-ins and npm packages the project depends on — never `kernel/`,
+ * and never `types/` by a relative path. Every source under `plugins/` (and the third-party test plugins
  * under test/fixtures/plugins) is scanned with TypeScript's own import scanner,
  * which sees static imports, re-exports, `import()` and `require()`.
  */
@@ -37,14 +38,15 @@ function violation(file: string, pluginDir: string, spec: string): string | null
   if (spec.startsWith('node:') || builtinModules.includes(spec) || builtinModules.includes(spec.split('/')[0]!)) return null;
   if (spec.startsWith('.')) {
     const target = resolve(dirname(file), spec);
-    if (inside(pluginDir, target) || inside(TYPES, target)) return null;
+    if (inside(pluginDir, target)) return null;
     if (inside(join(REPO, 'kernel'), target)) return `imports kernel internals (${spec})`;
-    return `imports outside its folder and types/ (${spec})`;
+    if (inside(TYPES, target)) return `imports the contract by relative path (${spec}); import it from 'hypsink/plugin'`;
+    return `imports outside its folder (${spec})`;
   }
   if (spec.startsWith('/') || spec.startsWith('file:')) return `imports by absolute path (${spec})`;
   if (spec.startsWith('#')) return `uses a package-internal import (${spec})`;
   const name = packageName(spec);
-  if (name === pkg.name) return `imports hypsink itself by package name (${spec})`;
+  if (name === pkg.name) return spec === `${pkg.name}/plugin` ? null : `imports hypsink other than as '${pkg.name}/plugin' (${spec})`;
   if (!PACKAGES.has(name)) return `imports "${name}", which is not a dependency in package.json`;
   return null;
 }
@@ -81,7 +83,7 @@ function scan(root: string): { files: number; problems: string[] } {
   return { files, problems };
 }
 
-test('no plugin imports from kernel/ (only types/, its own folder and npm packages)', () => {
+test("no plugin imports hypsink other than as 'hypsink/plugin' (and its own folder, npm packages)", () => {
   const builtin = scan(join(REPO, 'plugins'));
   assert.ok(builtin.files >= 5, `scanned the built-in plugins (${builtin.files} files)`);
   assert.deepEqual(builtin.problems, []);
@@ -108,6 +110,8 @@ test('the scanner catches every way of importing the kernel', () => {
     "import y from 'left-pad';",
     "import z from 'hypsink/kernel/runtime.js';",
     "import { HypsinkError } from '../../../types/index.js';",
+    "import { ERROR_CODES } from 'hypsink';",
+    "import { HypsinkError as E } from 'hypsink/plugin';",
     "import { z as zod } from 'zod';",
     "import { join } from 'node:path';",
     "import { helper } from './helper.js';",
@@ -125,6 +129,8 @@ test('the scanner catches every way of importing the kernel', () => {
     '../../s3/src/index.js',
     'left-pad',
     'hypsink/kernel/runtime.js',
+    '../../../types/index.js',
+    'hypsink',
   ]);
   assert.match(String(found[0]![1]), /kernel internals/);
 });

@@ -157,7 +157,7 @@ test('registration after the kernel has started is refused', async () => {
     const e = g.__hypsinkLateRegister;
     assert.ok(isHypsinkError(e), `refused with a HypsinkError, got ${String(e)}`);
     assert.equal(e.code, 'HYPSINK_ERR_PLUGIN');
-    assert.match(e.message, /plugin test-late-register: registration is closed once the kernel has started/);
+    assert.match(e.message, /plugin test-late-register: registration is closed once its activate has returned/);
     assert.equal(k.sinks.has('test-late-sink'), false);
   } finally {
     await k.close();

@@ -39,7 +39,7 @@ test('ingest → export: objects under hyp/events/source=<src>/ decode to exactl
 
   const k = await openKernel(path);
   t.after(() => k.close());
-  assert.equal(k.sink('lake').kind, 'blob');
+  assert.equal((await k.sink('lake')).kind, 'blob');
   // A partition value that is not path-safe: it is encoded into one key segment.
   const APP = 'app/ios 17';
   const web = events(1, 25);

@@ -25,7 +25,7 @@ import { REPO, runNode } from '../support/proc.js';
 import { tempDir } from '../support/tmp.js';
 
 export { REPO };
-export const BIN = join(REPO, 'bin/hypsink.js');
+export const BIN = join(REPO, 'test/support/bin.mjs');
 
 /**
  * s3rver checks the access key id but not V4 signatures, so the secret can be a

@@ -21,11 +21,11 @@ test('driver: a Retry-After the store sent defers the partition in the outbox (r
   t.after(() => k.close());
   await ingest(k, 'web', events(1, 5));
 
-  const first = await k.driver.tick(k.sink('lake'), true);
+  const first = await k.driver.tick(await k.sink('lake'), true);
   assert.equal(first.partitions[0]?.error?.retryAfterMs, 120_000, 'the plugin passed the Retry-After on');
   await new Promise((r) => setTimeout(r, 50));
   const mark = proxy.log.length;
-  const second = await k.driver.tick(k.sink('lake'), true);
+  const second = await k.driver.tick(await k.sink('lake'), true);
   assert.equal(second.partitions[0]?.deferred, true, 'the partition waits for the Retry-After the store asked for');
   assert.equal(proxy.log.length - mark, 0, 'no request to a store that asked for 120 s of quiet');
 });

@@ -79,7 +79,10 @@ function workerBuild(): Promise<string | undefined> {
           if (!/^plugins\/[^/]+\/src\/index\.ts$/.test(rel)) await fsp.copyFile(f, dest);
         }),
       );
-      await fsp.copyFile(join(ROOT, 'package.json'), join(out, 'package.json'));
+      // The mirror's own package: `hypsink/plugin` and the other entries resolve to its transpiled sources.
+      const pkg = JSON.parse(await fsp.readFile(join(ROOT, 'package.json'), 'utf8')) as { exports: Record<string, string | Record<string, string>> };
+      for (const [k, v] of Object.entries(pkg.exports)) if (typeof v === 'object') pkg.exports[k] = v['hypsink-source']!.replace(/\.ts$/, '.js');
+      await fsp.writeFile(join(out, 'package.json'), JSON.stringify(pkg));
       await fsp.symlink(join(ROOT, 'node_modules'), join(out, 'node_modules'));
       return join(out, 'test/sim/worker.js');
     } catch (e) {

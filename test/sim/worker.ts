@@ -76,7 +76,7 @@ async function run(m: WorkerOp): Promise<unknown> {
     case 'warm': {
       // Loads the plugins and builds every sink once; the scratch cache is opened and closed.
       const w = await Hypsink.open(await loadConfig(m.config), { log: createLogger('silent') });
-      await w.close();
+      await w.validate().finally(() => w.close());
       return { ok: true };
     }
     case 'open':

@@ -87,7 +87,7 @@ test('retention holds an intent and its next unit: both may be in flight', async
   const { k } = await openKernel(await writeConfig(dir, sampleConfig()));
   try {
     const p = k.cache.partition('events', 'web');
-    const store = k.sink('archive').watermarks;
+    const store = (await k.sink('archive')).watermarks;
     const zero = await store.read(p);
     const inFlight = async (x: typeof p) => (await k.retentionGuards()).inFlight(x);
     assert.deepEqual(await inFlight(p), []);

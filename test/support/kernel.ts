@@ -20,7 +20,7 @@ import { Hypsink, type StatusReport } from '../../kernel/runtime.js';
 import { type ProcResult, REPO, runNode } from './proc.js';
 
 export { REPO, type ProcResult };
-export const BIN = join(REPO, 'bin/hypsink.js');
+export const BIN = join(REPO, 'test/support/bin.mjs');
 export const STEPS_CHILD = join(REPO, 'test/fixtures/cli-steps.ts');
 export const FIXTURE_PLUGINS = join(REPO, 'test/fixtures/plugins');
 

@@ -1,5 +1,5 @@
 /** `@hypsink/format-jsonl`: one JSON object per line, streamed in ~1 MiB chunks. */
-import type { BlobBody, Encoder, PluginContext, Unit } from '../../../types/index.js';
+import type { BlobBody, Encoder, PluginContext, Unit } from 'hypsink/plugin';
 
 const CHUNK = 1 << 20;
 

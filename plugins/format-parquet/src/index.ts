@@ -6,8 +6,8 @@
 import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
-import { parseSinkConfig, type PluginContext } from '../../../types/index.js';
-import type { BlobBody, Encoder, Unit } from '../../../types/index.js';
+import { parseSinkConfig, type PluginContext } from 'hypsink/plugin';
+import type { BlobBody, Encoder, Unit } from 'hypsink/plugin';
 
 const configSchema = z.object({
   compression: z.enum(['zstd', 'snappy', 'gzip', 'uncompressed']).default('zstd'),

@@ -5,7 +5,7 @@
  * No message ever quotes a value (the token is one of them).
  */
 import { z } from 'zod';
-import { parseSinkConfig } from '../../../types/index.js';
+import { parseSinkConfig } from 'hypsink/plugin';
 
 export const MiB = 1024 * 1024;
 

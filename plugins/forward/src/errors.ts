@@ -1,7 +1,7 @@
 /**
  * The forward sink's error: a HypsinkError plus what the kernel needs to act on it.
  */
-import { type ErrorCode, HypsinkError, type HypsinkErrorOptions } from '../../../types/index.js';
+import { type ErrorCode, HypsinkError, type HypsinkErrorOptions, isHypsinkError } from 'hypsink/plugin';
 
 export interface ForwardErrorOptions extends HypsinkErrorOptions {
   readonly status?: number;
@@ -22,5 +22,5 @@ export class ForwardError extends HypsinkError {
 }
 
 export function isTooLarge(e: unknown): boolean {
-  return e instanceof HypsinkError && e.tooLarge;
+  return isHypsinkError(e) && e.tooLarge;
 }

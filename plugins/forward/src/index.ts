@@ -8,7 +8,7 @@
  * UnitShipper: retries, backpressure, ids), backoff.ts (how long to wait).
  * @ref LLP 0008: batch id derivation; LLP 0009: the receiver's ledger
  */
-import type { PluginContext, SinkBuildContext, UnitShipper } from '../../../types/index.js';
+import type { PluginContext, SinkBuildContext, UnitShipper } from 'hypsink/plugin';
 import { parseForwardConfig } from './config.js';
 import { ForwardShipper } from './shipper.js';
 

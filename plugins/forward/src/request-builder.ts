@@ -2,7 +2,7 @@
  * Unit → one request: the NDJSON body (built once, so every retry of the unit
  * sends the very same bytes) and the headers the receiver keys its ledger by.
  */
-import { INTERNAL_PREFIX, type Row, type Unit } from '../../../types/index.js';
+import { INTERNAL_PREFIX, type Row, type Unit } from 'hypsink/plugin';
 
 export interface BatchRequest {
   /** Path and query, already encoded: `/v1/ingest/<dataset>`. */

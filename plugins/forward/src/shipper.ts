@@ -14,7 +14,7 @@ import type {
   Unit,
   UnitLimits,
   UnitShipper,
-} from '../../../types/index.js';
+} from 'hypsink/plugin';
 import { backoffMs, ladderStep, linkSignals, parkedWait, parseRetryAfter } from './backoff.js';
 import type { ForwardConfig } from './config.js';
 import { ForwardError } from './errors.js';

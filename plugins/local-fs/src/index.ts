@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { constants, promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { z } from 'zod';
-import { type BlobBody, type BlobDestination, HypsinkError, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from '../../../types/index.js';
+import { type BlobBody, type BlobDestination, HypsinkError, isHypsinkError, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from 'hypsink/plugin';
 
 const configSchema = z.object({ dir: z.string().min(1) }).strict();
 const TMP = '.hypsink-tmp';
@@ -113,7 +113,7 @@ class LocalFsDestination implements BlobDestination {
       this.build.fault?.('localfs.afterLink');
       return { created: true, bytes };
     } catch (e) {
-      throw e instanceof HypsinkError ? e : this.fsError(e, final);
+      throw isHypsinkError(e) ? e : this.fsError(e, final);
     } finally {
       await fsp.rm(temp, { force: true });
     }

@@ -3,7 +3,7 @@
  * fails the load with one message naming the sink and the field.
  */
 import { z } from 'zod';
-import { parseSinkConfig } from '../../../types/index.js';
+import { parseSinkConfig } from 'hypsink/plugin';
 
 export const MiB = 1024 * 1024;
 /** Real S3 rejects parts under 5 MiB (except the last); s3rver and MinIO-in-tests accept smaller. */

@@ -14,8 +14,8 @@ import {
   S3Client,
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
-import type { BlobBody, BlobDestination, Logger, PutResult } from '../../../types/index.js';
-import { HypsinkError } from '../../../types/index.js';
+import type { BlobBody, BlobDestination, Logger, PutResult } from 'hypsink/plugin';
+import { HypsinkError } from 'hypsink/plugin';
 import { S3_MAX_PARTS, S3_MIN_PART_SIZE, type S3Config } from './config.js';
 import { classify, isNoSuchUpload, isNotFound, isPreconditionFailed, redact } from './errors.js';
 import { PartReader } from './parts.js';
@@ -49,6 +49,10 @@ export class S3Destination implements BlobDestination {
     this.cfg = opts.config;
     this.log = opts.log;
     this.fault = opts.fault ?? (() => {});
+    // The SDK warns that its releases after January 2027 will need Node 22. hypsink pins its
+    // SDK version, so the warning asks nothing of a hypsink user; the engines field says
+    // when hypsink itself needs a newer Node. An operator's own setting wins. @ref LLP 0025
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
     // No credentials here: the SDK's default provider chain (env, shared files, SSO, instance role).
     this.client = new S3Client({
       region: this.cfg.region,

@@ -4,7 +4,7 @@
  * it may carry the access key id (InvalidAccessKeyId, SignatureDoesNotMatch
  * bodies echo it) and the provided signature, and loggers serialize causes.
  */
-import { HypsinkError } from '../../../types/index.js';
+import { HypsinkError } from 'hypsink/plugin';
 
 export type FaultKind = 'retryable' | 'auth' | 'noBucket' | 'destination' | 'aborted';
 

@@ -4,7 +4,7 @@
  * retry.ts (the budget), errors.ts (classification, redaction).
  */
 // @ref LLP 0007: commit = create-if-absent (If-None-Match: * and/or a HeadObject pre-check).
-import type { BlobDestination, PluginContext, SinkBuildContext } from '../../../types/index.js';
+import type { BlobDestination, PluginContext, SinkBuildContext } from 'hypsink/plugin';
 import { parseS3Config } from './config.js';
 import { S3Destination } from './destination.js';
 

@@ -3,7 +3,7 @@
  * (`maxAttempts: 1`) so that this budget is the only one: bounded, testable,
  * honouring Retry-After, and abortable by the unit's signal while it sleeps.
  */
-import type { HypsinkError, Logger } from '../../../types/index.js';
+import type { HypsinkError, Logger } from 'hypsink/plugin';
 import type { RetryBudget } from './config.js';
 import { type ErrorContext, type Fault, classify, toHypsinkError } from './errors.js';
 

@@ -4,7 +4,7 @@
  */
 import { appendFile, mkdir, open, readFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import { HypsinkError, type PluginContext, type ShipResult, type Unit, type UnitShipper } from '../../../../types/index.js';
+import { HypsinkError, type PluginContext, type ShipResult, type Unit, type UnitShipper } from 'hypsink/plugin';
 
 export default function activate(ctx: PluginContext): void {
   // Tap-only (the kernel calls it): a SyncHook fired right after the durable advance, so never block here.

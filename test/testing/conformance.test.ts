@@ -1,0 +1,130 @@
+/**
+ * `hypsink/testing` (the conformance kit) over the example third-party sink,
+ * over a deliberately broken copy of it, and over every built-in sink: the
+ * kit must pass the sinks that keep the promise and fail the one that does
+ * not, naming the case.
+ */
+import assert from 'node:assert/strict';
+import { promises as fsp } from 'node:fs';
+import { basename, join } from 'node:path';
+import { test } from 'node:test';
+import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+import { tableFromIPC } from 'apache-arrow';
+import * as pw from 'parquet-wasm';
+import { conformance, ConformanceError, runConformance } from 'hypsink/testing';
+import { readStored } from '../../fixtures/receiver/store.js';
+import { startReceiver, type Receiver } from '../../fixtures/receiver/server.js';
+import { useCredentials } from '../s3-e2e/helpers.js';
+import { createLogger } from '../../kernel/log.js';
+import { startS3Server } from '../support/s3server.js';
+import { FIXTURE_PLUGINS, REPO } from '../support/kernel.js';
+
+const EXAMPLE = join(REPO, 'docs/examples/audit-sink');
+const BROKEN = join(FIXTURE_PLUGINS, 'broken-audit-sink');
+
+/** Every file under `dir` whose name ends with `ext`. */
+async function filesUnder(dir: string, ext: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const e of await fsp.readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile() && e.name.endsWith(ext)) out.push(join(e.parentPath, e.name));
+  }
+  return out;
+}
+
+const jsonlRows = (text: string) => text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as { id: unknown });
+const parquetRows = (bytes: Uint8Array) => tableFromIPC(pw.readParquet(bytes).intoIPCStream()).toArray() as { id: unknown }[];
+
+/** The audit sink's files: one JSONL file for the kit's one partition. */
+const auditRows = async (dir: string) => jsonlRows(await fsp.readFile(join(dir, 'conformance/source=kit.jsonl'), 'utf8').catch(() => ''));
+
+for (const c of conformance({ plugins: [EXAMPLE], sink: (dir) => ({ plugin: 'hypsink-audit-sink', config: { dir } }), read: auditRows })) {
+  test(`the example sink: ${c.name}`, c.run);
+}
+
+test('a copy of the example that answers before its rows are durable fails the kit where a crash follows an advance, each case named', async () => {
+  const failed: string[] = [];
+  const passed: string[] = [];
+  for (const c of conformance({ plugins: [BROKEN], sink: (dir) => ({ plugin: 'broken-audit-sink', config: { dir } }), read: auditRows })) {
+    const e = await c.run().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    if (e === undefined) {
+      passed.push(c.name);
+      continue;
+    }
+    assert.ok(e instanceof ConformanceError, `a ConformanceError, not ${String(e)}`);
+    assert.equal(e.caseName, c.name);
+    // The kernel advanced past rows never written: the first unit's (crashed while the next
+    // one shipped), or all ten (crashed once the partition's advances were written).
+    const lost = c.name === 'a crash right after a watermark advance' ? '10 row\\(s\\) missing \\(ids 1, 2, 3, 4, 5, 6, 7, 8, …\\)' : '4 row\\(s\\) missing \\(ids 1, 2, 3, 4\\)';
+    assert.match(e.message, new RegExp(`^conformance case "${c.name}": .*${lost}`));
+    failed.push(c.name);
+  }
+  // Killed before any advance (the replay case: at the next unit's intent), nothing kept was acknowledged for good.
+  assert.deepEqual(failed, ['a crash after a ship, before its watermark advance', 'a crash right after a watermark advance']);
+  assert.deepEqual(
+    passed,
+    ['an export over several units', 'a tick with nothing new sends nothing', 'a lost acknowledgement, the unit retried in the same process', 'a recorded unit replayed after a crash before its ship'],
+    'without a crash past an advance, close() writes what it kept',
+  );
+  await assert.rejects(
+    runConformance({ plugins: [BROKEN], sink: (dir) => ({ plugin: 'broken-audit-sink', config: { dir } }), read: auditRows }),
+    (e: unknown) => e instanceof ConformanceError && e.caseName === 'a crash after a ship, before its watermark advance',
+    'runConformance throws the first failing case',
+  );
+});
+
+for (const writer of ['@hypsink/format-jsonl', '@hypsink/format-parquet'] as const) {
+  for (const c of conformance({
+    sink: (dir) => ({ writer, destination: '@hypsink/local-fs', config: { dir } }),
+    read: async (dir) => {
+      if (writer === '@hypsink/format-jsonl') return (await Promise.all((await filesUnder(dir, '.jsonl')).map(async (f) => jsonlRows(await fsp.readFile(f, 'utf8'))))).flat();
+      return (await Promise.all((await filesUnder(dir, '.parquet')).map(async (f) => parquetRows(await fsp.readFile(f))))).flat();
+    },
+  })) {
+    test(`local-fs with ${writer}: ${c.name}`, c.run);
+  }
+}
+
+test('the forward sink, to the reference receiver: every case', async (t) => {
+  const receivers = new Map<string, Receiver>();
+  t.after(async () => {
+    for (const r of receivers.values()) await r.close();
+  });
+  await runConformance({
+    sink: async (dir) => {
+      const r = await startReceiver({ port: 0, dataDir: dir, log: createLogger('silent') });
+      receivers.set(dir, r);
+      return { plugin: '@hypsink/forward', config: { url: r.url } };
+    },
+    read: async (dir) => Object.values((await readStored(dir)).rows.conformance ?? {}).flat() as { id: unknown }[],
+  });
+});
+
+test('the s3 sink with Parquet, to s3rver: every case', async (t) => {
+  useCredentials();
+  const s3 = await startS3Server({ buckets: ['kit'] });
+  const client = new S3Client({ region: 'us-east-1', endpoint: s3.endpoint, forcePathStyle: true });
+  t.after(async () => {
+    client.destroy();
+    await s3.stop();
+  });
+  await runConformance({
+    // Each case its own prefix: its folder's name.
+    sink: (dir) => ({
+      writer: '@hypsink/format-parquet',
+      destination: '@hypsink/s3',
+      config: { bucket: 'kit', prefix: basename(join(dir, '..')), region: 'us-east-1', endpoint: s3.endpoint, forcePathStyle: true },
+    }),
+    read: async (dir) => {
+      const listed = await client.send(new ListObjectsV2Command({ Bucket: 'kit', Prefix: `${basename(join(dir, '..'))}/` }));
+      const rows = [];
+      for (const o of listed.Contents ?? []) {
+        const body = await (await client.send(new GetObjectCommand({ Bucket: 'kit', Key: o.Key! }))).Body!.transformToByteArray();
+        rows.push(...parquetRows(body));
+      }
+      return rows;
+    },
+  });
+});
