@@ -1,5 +1,6 @@
 /** Every figure group, in DESIGN §10 order. */
 import type { FigureGroup } from '../lib/figure.js';
+import { coldStart } from './cold-start.js';
 import { forwardVsRaw } from './forward-vs-raw.js';
 import { ingest } from './ingest.js';
 import { localFsVsRaw } from './localfs-vs-raw.js';
@@ -8,4 +9,4 @@ import { noNewTick } from './no-new-tick.js';
 import { peakRss } from './peak-rss.js';
 import { tickBigVsSmall } from './tick-big-vs-small.js';
 
-export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, ingest, peakRss, naiveVsIncremental];
+export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, ingest, peakRss, naiveVsIncremental, coldStart];
