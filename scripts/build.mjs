@@ -24,10 +24,13 @@ for (const name of readdirSync(join(root, 'plugins'))) {
   if (existsSync(manifest)) cpSync(manifest, join(dist, 'plugins', name, 'plugin.json'));
 }
 
-// The CLI bundle. Code split, so each command still loads only what it runs. Kept out:
-// parquet-wasm (loads its .wasm beside itself), pino (starts workers by file), and the
-// plugins, which load by path from dist/plugins (the AWS SDK with the s3 plugin).
+// The CLI bundle. Code split, so each command still loads only what it runs. The built-in
+// plugins are entries of it: they share its one apache-arrow (a unit's batches are Arrow
+// objects, and Arrow checks classes), and the host imports them from here when bundled.
+// Kept out: parquet-wasm (it loads its .wasm beside itself) and the AWS SDK (the s3
+// plugin's chunk imports it when that plugin loads). Third-party plugins load by path.
 const { build } = await import('esbuild');
+const builtins = readdirSync(join(root, 'plugins')).filter((n) => existsSync(join(dist, 'plugins', n, 'src/index.js')));
 await build({
   absWorkingDir: root,
   entryPoints: {
@@ -35,6 +38,7 @@ await build({
     // Beside the chunks that start them (workerEntry resolves a sibling file).
     'flush-worker': 'dist/kernel/flush/flush-worker.js',
     'parse-worker': 'dist/kernel/ingest/parse-worker.js',
+    ...Object.fromEntries(builtins.map((n) => [`plugin-${n}`, `dist/plugins/${n}/src/index.js`])),
   },
   outdir: 'dist/cli',
   bundle: true,
@@ -43,7 +47,7 @@ await build({
   platform: 'node',
   target: 'node20',
   sourcemap: true,
-  external: ['parquet-wasm', '@aws-sdk/*', 'hypsink', 'hypsink/*'],
+  external: ['parquet-wasm', '@aws-sdk/*'],
   define: { __HYPSINK_PLUGINS_DIR__: JSON.stringify('../plugins') },
   // CommonJS dependencies bundled into ESM still ask for these.
   banner: {

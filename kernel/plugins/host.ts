@@ -7,7 +7,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
@@ -42,6 +42,15 @@ export interface Registry {
   readonly sinks: Map<string, SinkFactory>;
   readonly encoders: Map<string, EncoderFactory>;
   readonly destinations: Map<string, DestinationFactory>;
+}
+
+/** A plugin module's activate function (default or named export). */
+function activateOf(m: PluginManifest, file: string, mod: { default?: unknown; activate?: unknown }): ActivateFn {
+  const fn = mod.activate ?? mod.default;
+  if (typeof fn !== 'function') {
+    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: ${file} exports no activate function (default or named "activate")`);
+  }
+  return fn as ActivateFn;
 }
 
 export class PluginHost {
@@ -156,6 +165,10 @@ export class PluginHost {
   }
 
   private async importActivate(m: PluginManifest, dir: string): Promise<ActivateFn> {
+    // The CLI bundle carries the built-ins beside its chunks, sharing its one apache-arrow. @ref LLP 0025
+    if (typeof __HYPSINK_PLUGINS_DIR__ === 'string' && dirname(dir) === BUILTIN_DIR) {
+      return activateOf(m, `bundled plugin-${basename(dir)}.js`, await import(new URL(`./plugin-${basename(dir)}.js`, import.meta.url).href));
+    }
     // Compiled, hypsink runs no TypeScript loader: a plugin's JavaScript comes first, and its
     // TypeScript only from sources (tests), where the loader is there. @ref LLP 0024
     const candidates = m.main ? [m.main] : FROM_SOURCES ? ['src/index.ts', 'src/index.js', 'index.js', 'dist/index.js'] : ['dist/index.js', 'index.js', 'src/index.js'];
@@ -166,12 +179,7 @@ export class PluginHost {
       } catch {
         continue;
       }
-      const mod = (await import(pathToFileURL(file).href)) as { default?: unknown; activate?: unknown };
-      const fn = mod.activate ?? mod.default;
-      if (typeof fn !== 'function') {
-        throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: ${file} exports no activate function (default or named "activate")`);
-      }
-      return fn as ActivateFn;
+      return activateOf(m, file, await import(pathToFileURL(file).href));
     }
     const ts = !FROM_SOURCES && !m.main && (await fsp.access(join(dir, 'src/index.ts')).then(() => true, () => false));
     const hint = ts ? '; it has src/index.ts only: build it to JavaScript (dist/index.js), or name its module in plugin.json "main"' : '';

@@ -3,7 +3,8 @@
  * the tarball into an empty project with no network, with the example plugin
  * packed and installed the same way. The plugin is type-checked by `tsc`
  * against the installed `hypsink/plugin` types, named by its package name in
- * the config, and exported through from `node_modules/.bin/hypsink`; its own
+ * the config, and exported through from `node_modules/.bin/hypsink` with every
+ * built-in sink beside it (the CLI bundle's plugins), read back; its own
  * conformance test runs against the installed `hypsink/testing`. A second
  * plugin, loaded from a folder with its own copy of hypsink, keeps its error
  * codes, its `retryAfterMs`, and stops the sink on HYPSINK_ERR_AUTH.
@@ -13,7 +14,13 @@ import { spawn } from 'node:child_process';
 import { promises as fsp, readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { before, test } from 'node:test';
+import { tableFromIPC } from 'apache-arrow';
+import * as pw from 'parquet-wasm';
+import { startReceiver } from '../../fixtures/receiver/server.js';
+import { readStored } from '../../fixtures/receiver/store.js';
+import { createLogger } from '../../kernel/log.js';
 import { FIXTURE_PLUGINS, REPO, SAMPLE_CONFIG_TEXT } from '../support/kernel.js';
+import { startS3Server, useS3rverCredentials } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
 
 interface Run {
@@ -123,27 +130,48 @@ test('the plugin type-checks against the installed hypsink/plugin types, which c
   assert.match(r.out, /src\/index\.ts\(\d+,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
 });
 
-test('hypsink export from node_modules/.bin ships through the plugin named by its package; nothing on stderr but its logs', async () => {
+test('hypsink export from node_modules/.bin ships through the plugin named by its package and every built-in sink; nothing on stderr but logs', async (t) => {
+  const receiver = await startReceiver({ port: 0, dataDir: join(host, 'receiver'), log: createLogger('silent') });
+  const s3 = await startS3Server({ buckets: ['lake'] });
+  t.after(async () => {
+    await receiver.close();
+    await s3.stop();
+  });
+  useS3rverCredentials();
   const config = JSON.parse(SAMPLE_CONFIG_TEXT) as { sinks: Record<string, unknown> };
-  config.sinks = { audit: { plugin: 'hypsink-audit-sink', datasets: ['events'], config: { dir: 'audit' } } };
+  config.sinks = {
+    audit: { plugin: 'hypsink-audit-sink', datasets: ['events'], config: { dir: 'audit' } },
+    archive: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: 'exports' } },
+    copy: { writer: '@hypsink/format-jsonl', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: 'copies' } },
+    lake: { writer: '@hypsink/format-parquet', destination: '@hypsink/s3', datasets: ['events'], config: { bucket: 'lake', region: 'us-east-1', endpoint: s3.endpoint, forcePathStyle: true } },
+    central: { plugin: '@hypsink/forward', datasets: ['events'], config: { url: receiver.url } },
+  };
   await fsp.writeFile(join(host, 'hypsink.config.json'), JSON.stringify(config));
   const rows = Array.from({ length: 5 }, (_, i) => JSON.stringify({ id: i + 1, ts: '2026-01-01T00:00:00Z', msg: `m${i + 1}` })).join('\n');
   const ingest = await ok(bin(), ['ingest', 'events', '--source', 'web', '--batch-id', 'b1'], host, `${rows}\n`);
   assert.match(ingest.out, /ingested 5 row\(s\) into events\/source=web \(batch b1\)/);
   assert.equal(ingest.err, '', 'ingest writes nothing to stderr');
   const first = await ok(bin(), ['export', '--json'], host);
-  assert.deepEqual(JSON.parse(first.out).sinks.map((s: { name: string; rows: number }) => [s.name, s.rows]), [['audit', 5]]);
-  const lines = (await fsp.readFile(join(host, 'audit/events/source=web.jsonl'), 'utf8')).trim().split('\n');
-  assert.deepEqual(lines.map((l) => (JSON.parse(l) as { id: number }).id), [1, 2, 3, 4, 5]);
+  const shipped = Object.fromEntries(JSON.parse(first.out).sinks.map((s: { name: string; rows: number }) => [s.name, s.rows]));
+  assert.deepEqual(shipped, { audit: 5, archive: 5, copy: 5, lake: 5, central: 5 });
+  const ids = [1, 2, 3, 4, 5];
+  const audit = (await fsp.readFile(join(host, 'audit/events/source=web.jsonl'), 'utf8')).trim().split('\n');
+  assert.deepEqual(audit.map((l) => (JSON.parse(l) as { id: number }).id), ids);
+  const parquet = await fsp.readFile(join(host, 'exports/events/source=web/events.0-5.parquet'));
+  assert.deepEqual(tableFromIPC(pw.readParquet(parquet).intoIPCStream()).toArray().map((r) => Number(r.id)), ids, 'the Parquet file read back');
+  const jsonl = (await fsp.readFile(join(host, 'copies/events/source=web/events.0-5.jsonl'), 'utf8')).trim().split('\n');
+  assert.deepEqual(jsonl.map((l) => (JSON.parse(l) as { id: number }).id), ids);
+  assert.ok(await s3.objectExists('lake', 'events/source=web/events.0-5.parquet'), 'the S3 object');
+  assert.deepEqual((await readStored(join(host, 'receiver'))).rows.events!.web!.map((r) => Number(r.id)), ids, 'the receiver stored each row once');
   const again = await ok(bin(), ['export', '--json'], host);
-  assert.equal(JSON.parse(again.out).sinks[0].rows, 0, 'nothing new, nothing shipped');
+  assert.deepEqual(JSON.parse(again.out).sinks.map((s: { rows: number }) => s.rows), [0, 0, 0, 0, 0], 'nothing new, nothing shipped');
   for (const r of [first, again]) {
     const other = r.err.split('\n').filter((l) => l && !l.startsWith('{"level":'));
     assert.deepEqual(other, [], 'only the kernel’s JSON log lines, no warning of a dependency');
   }
   const status = await ok(bin(), ['status', '--json'], host);
   assert.equal(status.err, '');
-  assert.equal(JSON.parse(status.out).sinks[0].partitions[0].exportedRows, 5);
+  assert.deepEqual(JSON.parse(status.out).sinks.map((s: { partitions: { exportedRows: number }[] }) => s.partitions[0]!.exportedRows), [5, 5, 5, 5, 5]);
 });
 
 test("the plugin's own conformance test passes against the installed hypsink/testing", async () => {
