@@ -178,6 +178,14 @@ export class Hypsink {
   }
 
   /**
+   * @internal Build every sink whose `${VAR}` values are set (the daemon, at
+   * start: a sink's own config error stops it there, as at load before).
+   */
+  async buildSinks(): Promise<void> {
+    await this.build([]);
+  }
+
+  /**
    * Build every sink as an export would, exporting nothing: each one's plugins
    * load, its `${VAR}` values resolve and its own config is checked. Returns
    * the sink names.

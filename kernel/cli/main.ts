@@ -189,6 +189,12 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', (v) => Number(v))
     .action(async (o: { metricsPort?: number }, cmd: Command) => {
       const k = await open(cmd);
+      try {
+        await k.buildSinks(); // a sink's config error ends `run` now (exit 2), not at every tick
+      } catch (e) {
+        await k.close();
+        throw e;
+      }
       const { Daemon } = await import('../daemon.js');
       const metrics = o.metricsPort === undefined ? null : await import('../metrics.js').then((m) => m.serveMetrics(m.createMetrics(k), o.metricsPort!));
       if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');

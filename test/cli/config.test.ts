@@ -172,6 +172,16 @@ const BAD: BadCase[] = [
     command: 'validate',
   },
   {
+    name: 'bad local-fs config, met by the daemon at start',
+    edit: (c) => {
+      archive(c).config = { dir: 42 };
+    },
+    says: [/sink "archive": config\.dir/],
+    file: false,
+    // Built before the first tick: `run` ends with the error instead of logging it at every tick.
+    command: 'run',
+  },
+  {
     name: 'two blob sinks writing one dataset to the same dir (spelled differently)',
     edit: (c) => {
       c.sinks.copy = { ...archive(c), writer: '@hypsink/format-jsonl', config: { dir: './exports/' } };
