@@ -131,11 +131,6 @@ export class Hypsink {
     return this.abort.signal;
   }
 
-  /** @internal */
-  sinkStateDir(name: string): string {
-    return SinkState.of(this.loaded.stateDir, name).dir;
-  }
-
   /** @internal Listen for sinks asking for a prompt tick (`SinkBuildContext.requestTick`); returns the unsubscribe. */
   onTickRequest(listener: (sink: string) => void): () => void {
     return this.tickRequests.listen(listener);
