@@ -23,7 +23,8 @@ import { PartitionStore, partitionRef } from './store/partition.js';
 import { DEFAULT_ROW_GROUP_ROWS } from './store/parquet.js';
 import { CacheStorage } from './store/reader.js';
 import { type RetentionPolicy, type RetentionResult, retainPartition } from './store/retention.js';
-import { decodeSegment, encodeSegment } from './store/segments.js';
+import { CUT_SEGMENT, decodeSegment, encodeSegment } from './store/segments.js';
+import { renameCacheNamesV1 } from './store/segments-v1.js';
 import { Spool, type SpoolRef } from './spool/spool.js';
 
 export interface CacheOptions {
@@ -127,6 +128,7 @@ export class Cache {
   static async open(opts: CacheOptions): Promise<Cache> {
     await fsp.mkdir(join(opts.root, 'datasets'), { recursive: true });
     await fsp.mkdir(join(opts.root, 'spools'), { recursive: true });
+    await renameCacheNamesV1(opts.root, Object.keys(opts.datasets));
     const cache = new Cache(opts.root, opts.datasets, opts);
     cache.id = await cacheId(opts.root);
     return cache;
@@ -163,7 +165,7 @@ export class Cache {
     }
     const source = decodeSegment(m[2]!);
     if (source !== undefined) return new PartitionStore(this.root, partitionRef(dataset, source));
-    if (!/^[A-Za-z0-9_%-]+~[0-9a-f]{32}$/.test(m[2]!)) {
+    if (!CUT_SEGMENT.test(m[2]!)) {
       throw new HypsinkError('HYPSINK_ERR_INPUT', `"${table}": "${m[2]}" is not an encoded partition value`);
     }
     // A cut (hashed) segment: only partition.json knows the value; an absent partition reads as empty.

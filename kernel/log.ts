@@ -1,7 +1,9 @@
 /**
  * Structured logs (pino). Secrets never reach a line: known secret-bearing keys
  * are redacted, and config values that came from `${ENV}` interpolation are
- * registered and masked wherever they appear in a message.
+ * registered and masked wherever they appear in a message or a field. Masking
+ * works on the values before they are serialised: in the JSON text a secret
+ * holding `"` or `\` is escaped and would no longer match.
  */
 import pino, { type Logger as Pino } from 'pino';
 import type { Logger } from '../types/plugins.js';
@@ -16,6 +18,21 @@ export function registerSecret(value: string): void {
 export function maskSecrets(text: string): string {
   let out = text;
   for (const s of secrets) out = out.split(s).join('***');
+  return out;
+}
+
+/** A log record's fields with every string masked (errors as their own fields, which pino would print). */
+function maskFields(value: unknown, depth = 0): unknown {
+  if (typeof value === 'string') return maskSecrets(value);
+  if (typeof value !== 'object' || value === null || depth > 8) return value;
+  if (Array.isArray(value)) return value.map((v) => maskFields(v, depth + 1));
+  const out: Record<string, unknown> = {};
+  if (value instanceof Error) {
+    out.type = value.name;
+    out.message = maskSecrets(value.message);
+    if (value.stack) out.stack = maskSecrets(value.stack);
+  }
+  for (const [k, v] of Object.entries(value)) out[k] = maskFields(v, depth + 1);
   return out;
 }
 
@@ -38,7 +55,7 @@ export function createLogger(level = process.env.HYPSINK_LOG_LEVEL ?? 'info', de
       },
       formatters: {
         log(obj) {
-          return JSON.parse(maskSecrets(JSON.stringify(obj))) as Record<string, unknown>;
+          return secrets.size === 0 ? obj : (maskFields(obj) as Record<string, unknown>);
         },
       },
     },

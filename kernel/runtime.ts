@@ -25,6 +25,7 @@ import { type BuildEnv, buildSink, checkSinkPlugins, refuseSharedRoots } from '.
 import { SinkDriver, type PartitionReport, type TickReport } from './sinks/driver.js';
 import { prunedForAll, type SinkRuntime } from './sinks/exporter.js';
 import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
+import { renameStateNamesV1 } from './store/segments-v1.js';
 
 export interface RuntimeOptions {
   readonly log?: Pino;
@@ -119,6 +120,8 @@ export class Hypsink {
       segmentBytes: c.cache.segmentBytes,
       rowGroupRows: c.cache.rowGroupRows,
     });
+    // Before any sink state is read: a watermark named under the first name rule would not be found.
+    await renameStateNamesV1(loaded.stateDir, Object.keys(c.sinks), Object.keys(c.datasets));
     if (loaded.unknownKeys.length > 0) {
       log.warn({ file: loaded.file, keys: loaded.unknownKeys }, `config keys ignored (unknown; a typo?): ${loaded.unknownKeys.join(', ')}`);
     }
@@ -344,7 +347,7 @@ export class Hypsink {
           committedRows: stats.committedRows - base,
           pendingRows,
           exportedRows: rec.exportedRowCount,
-          intent: rec.intent,
+          intent: rec.intent && { since: rec.intent.since, until: rec.intent.until, unit: rec.intent.unit },
           gapRows: rec.gapRows + gapPending,
           lastExportAt: rec.lastExportAt,
           lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,

@@ -22,7 +22,7 @@ export const noNewTick: FigureGroup = {
   title: 'no-new-rows tick over 100 partitions: files opened, bytes sent',
   async run(ctx: BenchContext) {
     const dir = await ctx.tempDir('nonew');
-    const receiver = await startReceiver({ port: 0, dataDir: join(dir, 'receiver') });
+    const receiver = await startReceiver({ port: 0, dataDir: join(dir, 'receiver'), insecureNoAuth: true });
     try {
       const ws = await writeWorkspace(dir, { archive: localFsSink('archive'), central: forwardSink(receiver.url) });
       const k = await openKernel(ws, ctx.log);

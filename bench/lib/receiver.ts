@@ -19,10 +19,10 @@ export interface ReceiverProcess {
   close(): Promise<void>;
 }
 
-export async function spawnReceiver(dataDir: string, token: string): Promise<ReceiverProcess> {
+export async function spawnReceiver(dataDir: string, token: string, extraArgs: readonly string[] = []): Promise<ReceiverProcess> {
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', join(REPO, 'fixtures/receiver/main.ts'), '--port', '0', '--data', dataDir, '--log-level', 'info'],
+    ['--import', 'tsx', join(REPO, 'fixtures/receiver/main.ts'), '--port', '0', '--data', dataDir, '--log-level', 'info', ...extraArgs],
     { cwd: REPO, env: { ...process.env, HYPSINK_TOKEN: token }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let stderr = '';

@@ -7,6 +7,7 @@ import { resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { SingleBar } from 'cli-progress';
 import { Command } from 'commander';
+import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/flags.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { Hypsink } from '../runtime.js';
 
@@ -19,6 +20,18 @@ const render = () => import('./render.js');
 interface Out {
   out(s: string): void;
   err(s: string): void;
+}
+
+/**
+ * Control characters reach a terminal only as visible escapes: a source, a
+ * dataset or a file name is untrusted, and an escape sequence in it could
+ * rewrite what the operator sees. Tabs, newlines and colour (SGR) sequences pass.
+ */
+export function forTerminal(s: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+  return s.replace(/\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]/g, (c) =>
+    c.length > 1 ? c : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
 }
 
 const stdio: Out = {
@@ -296,36 +309,58 @@ export function buildProgram(io: Out = stdio): Command {
       await withKernel(cmd, (k) => runDemo(k, io.out));
     });
 
-  program
+  const receiver = program
     .command('receiver')
-    .description('the reference central receiver (for tests and demos)')
-    .requiredOption('--port <port>', 'port to listen on', (v) => Number(v))
+    .description('the reference central receiver (for tests and demos); SIGHUP re-reads --tokens-file')
+    .requiredOption('--port <port>', 'port to listen on')
     .requiredOption('--data <dir>', 'where stored rows and the ledger go')
-    .option('--token <token>', 'require this bearer token')
-    .option('--max-inflight <n>', 'answer 503 past this many requests in flight', (v) => Number(v))
-    .option('--rate <n>', 'answer 429 past this many requests per second', (v) => Number(v))
-    .option('--max-body-bytes <n>', 'answer 413 to bodies larger than this (default 16 MiB)', (v) => Number(v))
-    .action(async (o: { port: number; data: string; token?: string; maxInflight?: number; rate?: number; maxBodyBytes?: number }) => {
-      const { startReceiver } = await import('../../fixtures/receiver/server.js');
-      const log = (await logs()).createLogger();
-      // Without --token, HYPSINK_TOKEN is the token: argv is visible to every local user.
-      const token = o.token ?? (process.env.HYPSINK_TOKEN || undefined);
-      if (o.maxBodyBytes !== undefined && !(Number.isSafeInteger(o.maxBodyBytes) && o.maxBodyBytes > 0)) {
-        throw new HypsinkError('HYPSINK_ERR_INPUT', `--max-body-bytes must be a positive whole number of bytes, not ${o.maxBodyBytes}`);
-      }
-      const r = await startReceiver({ port: o.port, dataDir: resolve(o.data), token, maxInflight: o.maxInflight, rate: o.rate, maxBodyBytes: o.maxBodyBytes, log });
-      io.out(`receiver listening on ${r.url} (data in ${resolve(o.data)})`);
-      await new Promise<void>((done) => {
-        const stop = () => void r.close().then(done);
-        process.once('SIGINT', stop);
-        process.once('SIGTERM', stop);
-      });
+    .option('--tokens-file <file>', 'clients and their tokens, one "<client-name> <token>" a line')
+    .option('--token <token>', 'require this bearer token (client "default"; HYPSINK_TOKEN if not given)')
+    .option('--insecure-no-auth', 'accept every request without a token (client "default")');
+  // The limit flags and their checks are the receiver's own (fixtures/receiver/flags.ts, a table with no imports to load).
+  for (const f of RECEIVER_LIMIT_FLAGS) receiver.option(`--${f.flag} <n>`, f.help);
+  receiver.action(async (o: Record<string, string | boolean | undefined>) => {
+    const [{ startReceiver }, { intFlag, limitsFromFlags }] = await Promise.all([
+      import('../../fixtures/receiver/server.js'),
+      import('../../fixtures/receiver/flags.js'),
+    ]);
+    const camel = (flag: string) => flag.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
+    const str = (flag: string) => {
+      const v = o[camel(flag)];
+      return typeof v === 'string' ? v : undefined;
+    };
+    const tokensFile = str('tokens-file');
+    // Without --token, HYPSINK_TOKEN is the token: argv is visible to every local user.
+    const token = str('token') ?? (tokensFile === undefined ? process.env.HYPSINK_TOKEN || undefined : undefined);
+    const data = resolve(String(o.data));
+    const log = (await logs()).createLogger();
+    const r = await startReceiver({
+      port: intFlag('port', str('port') ?? '', 0, 65535),
+      dataDir: data,
+      token,
+      tokensFile: tokensFile === undefined ? undefined : resolve(tokensFile),
+      insecureNoAuth: o.insecureNoAuth === true,
+      ...limitsFromFlags(str),
+      log,
     });
+    const auth = r.stats().clients === 0 ? ' — AUTH IS OFF (--insecure-no-auth): anyone who can connect can store batches' : '';
+    io.out(`receiver listening on ${r.url} (data in ${data})${auth}`);
+    const onHup = () => void r.reload();
+    process.on('SIGHUP', onHup);
+    await new Promise<void>((done) => {
+      const stop = () => void r.close().then(done);
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+    });
+    process.off('SIGHUP', onHup);
+  });
 
   return program;
 }
 
-export async function main(argv: string[], io: Out = stdio): Promise<number> {
+export async function main(argv: string[], given: Out = stdio): Promise<number> {
+  // JSON output is unchanged by it: JSON.stringify escapes C0 itself, and a C1 or U+2028 only sits inside a string.
+  const io: Out = { out: (s) => given.out(forTerminal(s)), err: (s) => given.err(forTerminal(s)) };
   const program = buildProgram(io);
   try {
     await program.parseAsync(argv);

@@ -26,6 +26,7 @@ import { type BigIntStats, promises as fsp } from 'node:fs';
 import { hostname } from 'node:os';
 import lockfile from 'proper-lockfile';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
+import { encodeSegment } from '../store/segments.js';
 
 export interface LockOptions {
   /** How long to wait for another holder before failing (ms). */
@@ -147,7 +148,7 @@ export class ProcessLock {
       if (`${this.claimsDir}/${name}` === mine) continue;
       const [pidText, , host] = name.split(',');
       const pid = Number(pidText);
-      if (!Number.isInteger(pid) || host === undefined || decodeURIComponent(host) !== hostname()) return false;
+      if (!Number.isInteger(pid) || host === undefined || !isThisHost(host)) return false;
       if (pid === process.pid || alive(pid)) return false;
       dead = true;
       await fsp.rm(`${this.claimsDir}/${name}`, { force: true });
@@ -202,7 +203,7 @@ export class ProcessLock {
   }
 
   private async take(op: string, waitMs: number): Promise<void> {
-    const claim = `${this.claimsDir}/${process.pid},${randomBytes(6).toString('hex')},${encodeURIComponent(hostname())}`;
+    const claim = `${this.claimsDir}/${process.pid},${randomBytes(6).toString('hex')},${encodeSegment(hostname())}`;
     await fsp.mkdir(this.claimsDir, { recursive: true });
     await fsp.writeFile(claim, '');
     try {
@@ -300,6 +301,12 @@ export class ProcessLock {
 function compromisedReason(held: Held): string | undefined {
   const err = held.reports.compromised;
   return err ? `lost (${err.message})` : undefined;
+}
+
+/** A claim's host part names this host: by the one name rule, or URI-encoded as claims were before it (@ref LLP 0029). */
+function isThisHost(host: string): boolean {
+  const here = hostname();
+  return host === encodeSegment(here) || host === encodeURIComponent(here);
 }
 
 function alive(pid: number): boolean {

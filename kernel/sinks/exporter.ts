@@ -149,7 +149,7 @@ export async function exportPartition(
     const plan = await planAhead(env, p, schema, since, limits);
     if (!plan) return null;
     const until = cont(plan.until);
-    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until), rows: plan.rows };
+    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until), rows: plan.rows, columns: schema.columns };
     // The intent needs only the plan: its durable write and the body's read run together.
     const writing = write({ ...logical(), intent: cur, next: intent });
     writing.catch(() => undefined); // awaited below
@@ -194,6 +194,7 @@ export async function exportPartition(
         unit: sink.shipper.unitId(p, base.continuation, until),
         // Counted before the ship, and kept with the intent: what the unit must ship.
         rows: facts.plan.rows,
+        columns: schema.columns,
       };
       const writing = write({ ...base, intent: open, next: null });
       if (sink.kind === 'request') {
@@ -305,6 +306,15 @@ function recoveredTooLarge(sink: SinkRuntime, p: PartitionRef, i: Intent, e: Err
   );
 }
 
+/**
+ * The schema a unit is read with: the columns recorded with its intent, so a retry
+ * rebuilds the unit as it was planned, whatever was added to the dataset since.
+ * @ref LLP 0030
+ */
+function unitSchema(schema: DatasetSchema, i: Intent): DatasetSchema {
+  return i.columns ? { ...schema, columns: i.columns } : schema;
+}
+
 /** The rows a unit must ship: recorded with its intent, or counted from the cache for intents written before that. */
 async function plannedRows(env: ExportEnv, p: PartitionRef, i: Intent): Promise<number> {
   return i.rows ?? (await env.cache.storage.countRowsSince(p, { since: sinceOf(i), until: cont(i.until) }));
@@ -341,7 +351,7 @@ async function planAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema,
 async function readAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, i: Intent, rows: number): Promise<Prefetch> {
   const since = seqOf(sinceOf(i));
   const seen: SeqRuns = [];
-  const chunks = await readNdjson(env.cache, p, schema, since, i.until, rows, seen);
+  const chunks = await readNdjson(env.cache, p, unitSchema(schema, i), since, i.until, rows, seen);
   return { since, until: i.until, chunks, rows: chunks.reduce((n, c) => n + c.rows, 0), seen };
 }
 
@@ -362,7 +372,7 @@ async function shipUnit(
   // nothing to ship, no empty blob; the advance counts them as a gap.
   if (planned === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [] };
   const reads = new UnitReads(planned, sink.name, rangeText(p, intent.since, intent.until));
-  const unit = buildUnit(env.cache, sink.name, p, schema, intent, reads, env.signal, pre);
+  const unit = buildUnit(env.cache, sink.name, p, unitSchema(schema, intent), intent, reads, env.signal, pre);
   const result = sink.kind === 'blob' ? await (sink.shipper as GuardedShipper).shipGuarded(unit, reads) : await sink.shipper.ship(unit);
   // A unit the destination already had was shipped whole before (its reads were checked then).
   if (!result.duplicate) reads.check();

@@ -10,6 +10,7 @@
 import { promises as fsp } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { HypsinkError } from '../../types/errors.js';
+import { type ColumnSpec, COLUMN_TYPES } from '../../types/schema.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
 
@@ -24,6 +25,15 @@ export interface Intent {
    * @ref LLP 0018
    */
   readonly rows?: number;
+  /**
+   * The columns the unit carries, fixed when it was planned: a retry rebuilds the
+   * unit byte for byte even if a column was added to the dataset since, so a
+   * destination that checks a unit's body (the receiver's digest, local-fs's
+   * read-back) finds the same unit. Absent in intents written before it existed
+   * (the dataset's columns then).
+   * @ref LLP 0030
+   */
+  readonly columns?: readonly ColumnSpec[];
 }
 
 export interface WatermarkRecord {
@@ -55,7 +65,15 @@ export interface WatermarkRecord {
 
 const seqOf = (c: Continuation | null) => (c ? BigInt(c.seq) : -1n);
 
-const badRows = (i: Intent) => i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0);
+const badColumns = (i: Intent) =>
+  i.columns !== undefined &&
+  !(
+    Array.isArray(i.columns) &&
+    i.columns.length > 0 &&
+    i.columns.every((c) => typeof c?.name === 'string' && COLUMN_TYPES.includes(c.type) && typeof c.nullable === 'boolean')
+  );
+/** A recorded unit's own fields (its count and columns) are malformed. */
+const badUnit = (i: Intent) => (i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0)) || badColumns(i);
 
 /** Paired assertion, checked before every write and on every read. */
 export function checkRecord(v: unknown): string | null {
@@ -67,13 +85,13 @@ export function checkRecord(v: unknown): string | null {
   if (r.baseRows !== undefined && !(Number.isSafeInteger(r.baseRows) && r.baseRows >= 0)) return 'bad baseRows';
   if (r.intent !== null) {
     const i = r.intent;
-    if (!i || (i.since !== null && !isDecimalSeq(i.since)) || !isDecimalSeq(i.until) || typeof i.unit !== 'string' || badRows(i)) return 'bad intent';
+    if (!i || (i.since !== null && !isDecimalSeq(i.since)) || !isDecimalSeq(i.until) || typeof i.unit !== 'string' || badUnit(i)) return 'bad intent';
     if (i.since !== null && BigInt(i.since) >= BigInt(i.until)) return `intent since ${i.since} is not below until ${i.until}`;
     if ((i.since === null ? -1n : BigInt(i.since)) !== seqOf(r.continuation)) return 'intent does not start at the watermark';
   }
   const n = r.next ?? null;
   if (n !== null) {
-    if (!n || n.since === null || !isDecimalSeq(n.since) || !isDecimalSeq(n.until) || typeof n.unit !== 'string' || badRows(n)) return 'bad next intent';
+    if (!n || n.since === null || !isDecimalSeq(n.since) || !isDecimalSeq(n.until) || typeof n.unit !== 'string' || badUnit(n)) return 'bad next intent';
     if (r.intent === null || n.since !== r.intent.until) return 'next intent does not start where the intent ends';
     if (BigInt(n.since) >= BigInt(n.until)) return `next intent since ${n.since} is not below until ${n.until}`;
   }

@@ -40,16 +40,30 @@ const NASTY = [
   'WEB',
   'a b',
   'con',
+  'CON',
+  'Con',
+  'nul',
+  'COM1',
+  'lpt9',
+  '%63on',
+  'Web',
+  'wEB',
+  'Z',
+  'z',
   '-',
   '_',
 ];
 
-const SAFE = /^[A-Za-z0-9_%~-]+$/;
+/** What a segment may hold: lowercase letters pass, uppercase ones only as hex digits of an escape. */
+const SAFE = /^(?:[a-z0-9_~-]|%[0-9A-F]{2}|%u[0-9A-F]{4})+$|^%$/;
+/** A name Windows reserves for a device, whatever follows a dot and whatever the case. */
+const DEVICE = /^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$/i;
 
 function assertSafe(value: string, seg: string): void {
   assert.match(seg, SAFE, `segment for ${JSON.stringify(value)}`);
   assert.notEqual(seg, '.');
   assert.notEqual(seg, '..');
+  assert.doesNotMatch(seg, DEVICE, `segment for ${JSON.stringify(value)} is a Windows device name`);
   assert.ok(seg.length <= 160, `segment for ${JSON.stringify(value).slice(0, 20)} is ${seg.length} chars`);
   assert.ok(Buffer.byteLength(`source=${seg}`) <= 255, 'fits a file name');
 }
@@ -66,7 +80,25 @@ describe('encodeSegment', () => {
     }
     // Plain safe names stay readable.
     assert.equal(encodeSegment('web'), 'web');
-    assert.equal(encodeSegment('a-b_C9'), 'a-b_C9');
+    assert.equal(encodeSegment('a-b_c9'), 'a-b_c9');
+    assert.equal(encodeSegment('a-b_C9'), 'a-b_%439');
+    assert.equal(encodeSegment('con'), '%63on');
+  });
+
+  test('no two values share a segment where the filesystem folds case (macOS, Windows)', () => {
+    // A case-insensitive filesystem sees two names as one when they are equal folded.
+    const fold = (s: string) => s.toLowerCase();
+    const seen = new Map<string, string>();
+    const values = [...NASTY];
+    for (const a of ['web', 'events', 'source', 'con', 'x'.repeat(200)]) {
+      for (let mask = 0; mask < 8; mask++) values.push([...a].map((c, i) => (mask & (1 << i % 3) ? c.toUpperCase() : c)).join(''));
+    }
+    for (const v of new Set(values)) {
+      const seg = fold(encodeSegment(v));
+      const prev = seen.get(seg);
+      assert.equal(prev, undefined, `${JSON.stringify(v)} and ${JSON.stringify(prev)} are one file where case folds (${seg})`);
+      seen.set(seg, v);
+    }
   });
 
   test('random values (lone surrogates, NUL, multi-byte, long) never collide and decode back', () => {
@@ -77,7 +109,7 @@ describe('encodeSegment', () => {
       state ^= state << 5;
       return (state >>> 0) / 2 ** 32;
     };
-    const alphabet = ['a', 'A', '/', '.', '%', '2', 'F', '\u0000', '\uD800', '\uDC00', '\uD83D', '\uDE80', 'é', '~', ' ', '-'];
+    const alphabet = ['a', 'A', 'f', 'u', 'U', '/', '.', '%', '2', 'F', '\u0000', '\uD800', '\uDC00', '\uD83D', '\uDE80', 'é', '~', ' ', '-'];
     const values = new Set<string>();
     while (values.size < 3000) {
       const len = rand() < 0.05 ? 150 + Math.floor(rand() * 200) : Math.floor(rand() * 8);
@@ -89,9 +121,10 @@ describe('encodeSegment', () => {
     for (const v of values) {
       const seg = encodeSegment(v);
       assertSafe(v, seg);
-      const prev = bySeg.get(seg);
+      // Keyed folded: distinct even where the filesystem ignores case.
+      const prev = bySeg.get(seg.toLowerCase());
       assert.equal(prev, undefined, `collision: ${JSON.stringify(v)} vs ${JSON.stringify(prev)} → ${seg}`);
-      bySeg.set(seg, v);
+      bySeg.set(seg.toLowerCase(), v);
       const back = decodeSegment(seg);
       if (seg.includes('~')) assert.equal(back, undefined, 'a hashed segment does not decode');
       else assert.equal(back, v, `round trip of ${JSON.stringify(v)}`);
@@ -99,7 +132,7 @@ describe('encodeSegment', () => {
   });
 
   test('decodeSegment rejects what encodeSegment never produces', () => {
-    for (const bad of ['..', '.', 'a/b', '%2', '%zz', '%2f', 'a%', 'a.b', '%61', '']) {
+    for (const bad of ['..', '.', 'a/b', '%2', '%zz', '%2f', 'a%', 'a.b', '%61', '', 'Web', 'con', '%uD800x'.toLowerCase()]) {
       assert.equal(decodeSegment(bad), undefined, bad);
     }
   });

@@ -118,3 +118,19 @@ test('ingest of a missing file is exit 2 naming the file, and nothing is committ
   const s = await cli('status', '--json', '--config', config);
   assert.deepEqual(JSON.parse(s.out).sinks[0].partitions, []);
 });
+
+test('control characters of an untrusted --source reach the terminal only as visible escapes', async () => {
+  const dir = tempDir();
+  const config = await writeConfig(dir, sampleConfig());
+  await fsp.writeFile(join(dir, 'rows.ndjson'), `${ok(1)}\n`);
+  const source = 'web\u001b[2J\u001b]0;owned\u0007\rX\u009b';
+  const r = await cli('ingest', 'events', '--source', source, '--file', join(dir, 'rows.ndjson'), '--config', config);
+  assert.equal(r.code, 0, r.err);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: asserting their absence
+  assert.doesNotMatch(r.out + r.err, /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/, 'no raw control character is printed');
+  assert.match(r.out, /source=web\\u001b\[2J\\u001b\]0;owned\\u0007\\u000dX\\u009b/, r.out);
+  // The value itself is kept as given: only its printing is escaped.
+  const st = await cli('status', '--json', '--config', config);
+  const parts = (JSON.parse(st.out) as { sinks: { partitions: { source: string }[] }[] }).sinks[0]!.partitions;
+  assert.deepEqual(parts.map((p) => p.source), [source]);
+});

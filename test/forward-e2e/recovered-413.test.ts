@@ -1,8 +1,9 @@
 /**
  * Hole 2 of issue 12: a forward unit stored by the receiver, then a crash before
- * the watermark moves. After the restart its body is rebuilt from the cache and
- * has grown (a nullable column added since: `"extra":null` on every row); a
- * proxy in front of the receiver refuses it as too large (HTTP 413). A unit read
+ * the watermark moves. After the restart its body is rebuilt from the cache, as
+ * it was (its columns are fixed with its intent: LLP 0030), but a proxy in front
+ * of the receiver has had its body limit lowered below it and refuses it as too
+ * large (HTTP 413). A unit read
  * back from disk keeps its identity: it is never re-planned smaller under new
  * batch ids (which would store every row twice); the export fails naming the
  * limit, and once the limit is lifted the same batch id is acknowledged.
@@ -12,7 +13,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readStored, startReceiver } from '../../fixtures/receiver/server.js';
 import { startFaultProxy } from '../support/fault-proxy.js';
-import { e2eConfig, EVENTS, ingestWith, partitionStatus, runCli, statusOf, TOKEN, workspace } from './helpers.js';
+import { e2eConfig, ingestWith, partitionStatus, runCli, statusOf, TOKEN, workspace } from './helpers.js';
 
 test('a recovered forward unit refused as too large keeps its batch id: no row stored twice', async () => {
   const ws = await workspace('recovered-413');
@@ -24,8 +25,7 @@ test('a recovered forward unit refused as too large keeps its batch id: no row s
     rule: (req) => (limit !== null && Number(req.headers['content-length']) > limit ? { kind: 'respond', status: 413, body: '{"error":"body too large for the proxy"}' } : undefined),
   });
   try {
-    const config = e2eConfig(proxy.endpoint, { unit: { maxRows: 50 } }) as { datasets: { events: typeof EVENTS } };
-    await ws.writeConfig(config);
+    await ws.writeConfig(e2eConfig(proxy.endpoint, { unit: { maxRows: 50 } }));
     await ingestWith(ws.configPath, { alpha: [1, 20] });
 
     // The unit reaches the receiver; the exporter dies before its watermark moves.
@@ -36,10 +36,8 @@ test('a recovered forward unit refused as too large keeps its batch id: no row s
     const unit = stored.ledger[0]!.id;
     const sent = Number(proxy.log.find((x) => x.req.method === 'POST')!.req.headers['content-length']);
 
-    // A nullable column is added; the proxy now refuses anything larger than the body first sent.
-    config.datasets.events = { ...EVENTS, columns: [...EVENTS.columns, { name: 'extra', type: 'STRING', nullable: true }] };
-    await ws.writeConfig(config);
-    limit = sent;
+    // The proxy's limit is lowered below the body first sent.
+    limit = sent - 1;
     const refused = await runCli(['export', '--config', ws.configPath]);
     assert.equal(refused.code, 1, refused.stderr);
     assert.match(refused.stderr, /HYPSINK_ERR_DESTINATION/);

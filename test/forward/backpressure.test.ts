@@ -11,7 +11,7 @@ async function withReceiver(
   fn: (r: Awaited<ReturnType<typeof startReceiver>>, f: Loaded, dir: string) => Promise<void>,
 ): Promise<void> {
   const { dir, cleanup } = await tempDir('fwd-bp');
-  const r = await startReceiver({ port: 0, dataDir: dir, ...opts });
+  const r = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true, ...opts });
   const f = await loadForward();
   try {
     await fn(r, f, dir);

@@ -124,7 +124,7 @@ describe('forward → receiver delivery', () => {
 test('a timed-out POST that the receiver stored anyway is retried under the same id: stored once', async () => {
   const { dir, cleanup } = await tempDir('fwd-timeout');
   // The first request is held 600 ms after its body arrives, then stored; the client gives up at 200 ms.
-  const r = await startReceiver({ port: 0, dataDir: dir, chaos: { delayFirst: { count: 1, ms: 600 } } });
+  const r = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true, chaos: { delayFirst: { count: 1, ms: 600 } } });
   const f = await loadForward();
   try {
     const s = f.build(fastConfig(r.url, { timeoutMs: 200, retry: { attempts: 5, baseMs: 300, maxMs: 600 } }));

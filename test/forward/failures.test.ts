@@ -58,7 +58,7 @@ test('401: an AUTH error telling what to check, and the token appears nowhere', 
 
 test('413: a DESTINATION error with tooLarge, so the kernel can halve the unit', async () => {
   const { dir, cleanup } = await tempDir('fwd-413');
-  const r = await startReceiver({ port: 0, dataDir: dir, maxBodyBytes: 1000 });
+  const r = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true, maxBodyBytes: 1000 });
   const f = await loadForward();
   try {
     const s = f.build(fastConfig(r.url));
@@ -160,7 +160,7 @@ test('a receiver that comes up mid-unit is reached by a retry: delivered once', 
   const s = f.build(fastConfig(`http://127.0.0.1:${port}`, { retry: { attempts: 5, baseMs: 150, maxMs: 300 } }));
   const shipping = s.ship(makeUnit({ shipper: s, partition: partition('activity', 'late'), rows: rowsFrom(0, 4), since: null }));
   await new Promise((x) => setTimeout(x, 40));
-  const r = await startReceiver({ port, dataDir: dir });
+  const r = await startReceiver({ port, dataDir: dir, insecureNoAuth: true });
   try {
     assert.deepEqual(await shipping, { rows: 4, bytes: (await shipping).bytes, duplicate: false });
     assert.equal((await readStored(dir)).rowCount, 4);

@@ -25,6 +25,27 @@ test('the documented sink config is accepted, with defaults for the limits', asy
   await t.close();
 });
 
+test('a token bound for plain http:// off this machine is warned about once per sink, never quoted', async () => {
+  const cases: [Record<string, unknown>, boolean][] = [
+    [{ url: 'http://central.example:8787', token: 'tok-abcdef' }, true],
+    [{ url: 'http://10.0.0.7', token: 'tok-abcdef' }, true],
+    [{ url: 'https://central.example', token: 'tok-abcdef' }, false],
+    [{ url: 'http://127.0.0.1:8787', token: 'tok-abcdef' }, false],
+    [{ url: 'http://localhost:8787', token: 'tok-abcdef' }, false],
+    [{ url: 'http://[::1]:8787', token: 'tok-abcdef' }, false],
+    [{ url: 'http://central.example:8787' }, false],
+  ];
+  for (const [config, warned] of cases) {
+    const f = await loadForward();
+    const s = f.build(config);
+    const warnings = f.log.lines.filter((l) => l.includes('plain http://'));
+    assert.equal(warnings.length, warned ? 1 : 0, `${JSON.stringify(config.url)}: ${f.log.text}`);
+    assert.ok(!f.log.text.includes('tok-abcdef'), 'the token is never quoted');
+    if (warned) assert.match(warnings[0]!, /sink \\"central\\" sends its bearer token over plain http:\/\/ to /);
+    await s.close();
+  }
+});
+
 test('bad config: one HYPSINK_ERR_CONFIG naming the sink and each field, never echoing the token', async () => {
   const f = await loadForward();
   const cases: [Record<string, unknown>, RegExp][] = [

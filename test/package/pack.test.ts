@@ -131,7 +131,7 @@ test('the plugin type-checks against the installed hypsink/plugin types, which c
 });
 
 test('hypsink export from node_modules/.bin ships through the plugin named by its package and every built-in sink; nothing on stderr but logs', async (t) => {
-  const receiver = await startReceiver({ port: 0, dataDir: join(host, 'receiver'), log: createLogger('silent') });
+  const receiver = await startReceiver({ port: 0, dataDir: join(host, 'receiver'), insecureNoAuth: true, log: createLogger('silent') });
   const s3 = await startS3Server({ buckets: ['lake'] });
   t.after(async () => {
     await receiver.close();

@@ -49,7 +49,16 @@ function casesFor(point: string): Case[] {
   return [{ point, sink: null }];
 }
 
-const CASES = Object.keys(FAULT_POINTS).flatMap(casesFor);
+/**
+ * The renaming of names made under the first name rule needs a tree made under
+ * it: its points are crashed in test/cache/names-v1.test.ts, which fails when
+ * one of them has no case there.
+ */
+const ELSEWHERE = ['names.'];
+
+const CASES = Object.keys(FAULT_POINTS)
+  .filter((p) => !ELSEWHERE.some((x) => p.startsWith(x)))
+  .flatMap(casesFor);
 
 let world: World;
 const workers: Worker[] = [];
@@ -173,7 +182,7 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
 
 test('every fault point has a case', () => {
   const covered = new Set(CASES.map((c) => c.point));
-  const missing = Object.keys(FAULT_POINTS).filter((p) => !covered.has(p));
+  const missing = Object.keys(FAULT_POINTS).filter((p) => !covered.has(p) && !ELSEWHERE.some((x) => p.startsWith(x)));
   assert.deepEqual(missing, []);
 });
 

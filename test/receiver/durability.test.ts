@@ -8,10 +8,10 @@ import { ingest, ndjson, spawnReceiver, tempDir } from './helpers.js';
 test('a restart keeps the ledger: a duplicate after restart is still a duplicate', async () => {
   const { dir, cleanup } = await tempDir('rcv-restart');
   try {
-    const a = await startReceiver({ port: 0, dataDir: dir });
+    const a = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true });
     assert.deepEqual((await ingest(a.url, { id: 'r-1', body: ndjson(4) })).json, { stored: 4 });
     await a.close();
-    const b = await startReceiver({ port: 0, dataDir: dir });
+    const b = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true });
     try {
       assert.equal(b.stats().ledgerSize, 1);
       assert.deepEqual((await ingest(b.url, { id: 'r-1', body: ndjson(4) })).json, { duplicate: true });
@@ -31,7 +31,7 @@ test('a restart keeps the ledger: a duplicate after restart is still a duplicate
 test('startup drops a torn ledger line and the data tail it would have covered', async () => {
   const { dir, cleanup } = await tempDir('rcv-torn');
   try {
-    const a = await startReceiver({ port: 0, dataDir: dir });
+    const a = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true });
     await ingest(a.url, { id: 't-1', body: ndjson(2) });
     await a.close();
     const stored = await readStored(dir);
@@ -40,7 +40,7 @@ test('startup drops a torn ledger line and the data tail it would have covered',
     await appendFile(file, ndjson(3, 2));
     await appendFile(path.join(dir, LEDGER_FILE), '{"id":"t-2","dataset":"activ');
     assert.equal((await readStored(dir)).unledgeredBytes, Buffer.byteLength(ndjson(3, 2)));
-    const b = await startReceiver({ port: 0, dataDir: dir });
+    const b = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true });
     try {
       assert.equal(b.stats().recovery.tornLedgerTail, true);
       assert.equal(b.stats().recovery.truncatedBytes, Buffer.byteLength(ndjson(3, 2)));
@@ -64,7 +64,7 @@ test('a corrupt ledger line in the middle refuses to start, naming the file and 
   const { dir, cleanup } = await tempDir('rcv-corrupt');
   try {
     await appendFile(path.join(dir, LEDGER_FILE), 'garbage\n');
-    await assert.rejects(startReceiver({ port: 0, dataDir: dir }), (e: Error & { code?: string }) => {
+    await assert.rejects(startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true }), (e: Error & { code?: string }) => {
       assert.equal(e.code, 'HYPSINK_ERR_CORRUPT');
       assert.match(e.message, /_ledger\.ndjson: line 1 is not JSON/);
       return true;
@@ -150,7 +150,7 @@ test('SIGTERM finishes an in-flight request, refuses new connections, then exits
 test('close() waits for an in-flight request (in process)', async () => {
   const { dir, cleanup } = await tempDir('rcv-close');
   try {
-    const r = await startReceiver({ port: 0, dataDir: dir });
+    const r = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true });
     let release!: () => void;
     const held = new Promise<void>((res) => {
       release = res;

@@ -84,15 +84,22 @@ export interface ChildReceiver {
   /** Every stdout line so far (pino JSON). */
   readonly lines: string[];
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** stderr so far. */
+  stderr(): string;
   /** Resolves when a stdout log line has this `msg`. */
   waitFor(msg: string, timeoutMs?: number): Promise<Record<string, unknown>>;
 }
 
-/** Run fixtures/receiver/main.ts in a child process (port 0) and wait for its "listening" line. */
+/**
+ * Run fixtures/receiver/main.ts in a child process (port 0) and wait for its "listening" line.
+ * With no --token, --tokens-file or HYPSINK_TOKEN it runs with --insecure-no-auth.
+ */
 export async function spawnReceiver(args: string[], env: Record<string, string> = {}): Promise<ChildReceiver> {
-  const child = spawn(process.execPath, ['--import', 'tsx', RECEIVER_MAIN, '--port', '0', ...args], {
+  const fullEnv: NodeJS.ProcessEnv = { ...process.env, HYPSINK_FAULT: '', ...env };
+  const auth = ['--token', '--tokens-file', '--insecure-no-auth'].some((f) => args.includes(f)) || fullEnv.HYPSINK_TOKEN;
+  const child = spawn(process.execPath, ['--import', 'tsx', RECEIVER_MAIN, '--port', '0', ...args, ...(auth ? [] : ['--insecure-no-auth'])], {
     cwd: REPO,
-    env: { ...process.env, HYPSINK_FAULT: '', ...env },
+    env: fullEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const lines: string[] = [];
@@ -149,5 +156,5 @@ export async function spawnReceiver(args: string[], env: Record<string, string> 
     });
   const listening = await waitFor('listening');
   const port = Number(listening.port);
-  return { child, port, url: `http://127.0.0.1:${port}`, lines, exited, waitFor };
+  return { child, port, url: `http://127.0.0.1:${port}`, lines, exited, waitFor, stderr: () => stderr };
 }

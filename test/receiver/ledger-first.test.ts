@@ -1,8 +1,10 @@
 /**
  * The receiver looks an id up in its ledger before it applies the size limit:
- * a client re-sending a batch that was stored (say, recovered from an intent
- * with a larger body than the limit now allows) learns it was stored, instead
- * of a 413 it can never get past. Auth, content type and headers still come first.
+ * a client re-sending a batch that was stored (say, under a larger limit than
+ * the one in force now) learns it was stored, instead of a 413 it can never get
+ * past. The body is still compared with the stored one (LLP 0027): hashed as it
+ * streams in, never buffered, never read past the stored body's length. Auth,
+ * content type and headers still come first.
  */
 import assert from 'node:assert/strict';
 import * as http from 'node:http';
@@ -10,11 +12,16 @@ import { after, before, describe, test } from 'node:test';
 import { type Receiver, readStored, startReceiver, storedRows } from '../../fixtures/receiver/server.js';
 import { ingest, ndjson, tempDir } from './helpers.js';
 
+const ndjsonRows = (n: number) => Array.from({ length: n }, (_, i) => ({ n: i }));
+
 const TOKEN = 'ledger-first-token-0123456789';
 const LIMIT = 4096;
 
-/** POST a chunked body (no Content-Length); `end: false` never finishes it, so only an early answer can arrive. */
-function chunked(url: string, id: string, source: string, body: string, end: boolean): Promise<{ status: number; json: unknown }> {
+/**
+ * POST a chunked body (no Content-Length, unless `length` is given); `end: false` never finishes it,
+ * so only an early answer can arrive.
+ */
+function chunked(url: string, id: string, source: string, body: string, end: boolean, length?: number): Promise<{ status: number; json: unknown }> {
   return new Promise((resolve, reject) => {
     const req = http.request(
       `${url}/v1/ingest/ds`,
@@ -26,6 +33,7 @@ function chunked(url: string, id: string, source: string, body: string, end: boo
           authorization: `Bearer ${TOKEN}`,
           'x-hyp-partition': `source=${source}`,
           'x-hyp-batch-id': id,
+          ...(length === undefined ? {} : { 'content-length': String(length) }),
         },
       },
       (res) => {
@@ -55,11 +63,15 @@ describe('receiver: the ledger before the size limit', () => {
 
   before(async () => {
     ({ dir, cleanup } = await tempDir('rcv-ledger-first'));
+    // Stored under the default limit; the receiver then restarts with a smaller one.
+    const roomy = await startReceiver({ port: 0, dataDir: dir, token: TOKEN });
+    const first = await ingest(roomy.url, { id: 'led-1', token: TOKEN, dataset: 'ds', source: 'a', body: big });
+    assert.deepEqual(first.json, { stored: 1000 });
+    await roomy.close();
     r = await startReceiver({ port: 0, dataDir: dir, token: TOKEN, maxBodyBytes: LIMIT });
-    const first = await ingest(r.url, { id: 'led-1', token: TOKEN, dataset: 'ds', source: 'a', body: ndjson(3) });
-    assert.deepEqual(first.json, { stored: 3 });
     assert.ok(Buffer.byteLength(big) > 2 * LIMIT);
   });
+  const storedA = () => ndjsonRows(1000);
   after(async () => {
     await r.close();
     await cleanup();
@@ -71,7 +83,7 @@ describe('receiver: the ledger before the size limit', () => {
     assert.equal(res.status, 200, res.text);
     assert.deepEqual(res.json, { duplicate: true });
     assert.equal(r.stats().duplicates, before + 1);
-    assert.deepEqual(storedRows(await readStored(dir), 'ds', 'a'), [{ n: 0 }, { n: 1 }, { n: 2 }]);
+    assert.deepEqual(storedRows(await readStored(dir), 'ds', 'a'), storedA());
   });
 
   test('a ledgered id re-sent chunked past the limit answers duplicate', async () => {
@@ -80,10 +92,19 @@ describe('receiver: the ledger before the size limit', () => {
     assert.deepEqual(res.json, { duplicate: true });
   });
 
-  test('the duplicate answer comes before the client finishes sending (the body is not read first)', async () => {
-    const res = await chunked(r.url, 'led-1', 'a', big, false);
-    assert.equal(res.status, 200, JSON.stringify(res.json));
-    assert.deepEqual(res.json, { duplicate: true });
+  test('another body of the same length over the limit is a 409 naming only the id', async () => {
+    const other = big.replace('"n":0}', '"n":9}');
+    assert.equal(Buffer.byteLength(other), Buffer.byteLength(big));
+    const res = await chunked(r.url, 'led-1', 'a', other, true);
+    assert.equal(res.status, 409, JSON.stringify(res.json));
+    assert.match(String((res.json as { error?: string }).error), /batch id led-1 was stored with another body/);
+    const longer = await chunked(r.url, 'led-1', 'a', `${big}{"n":1000}\n`, true);
+    assert.equal(longer.status, 409, 'a body longer than the stored one is cut off at its length');
+  });
+
+  test('a declared length other than the stored body is a 409 before the body is read', async () => {
+    const res = await chunked(r.url, 'led-1', 'a', big.slice(0, 100), false, Buffer.byteLength(big) + 1);
+    assert.equal(res.status, 409, JSON.stringify(res.json));
   });
 
   test('the connection stays usable after a discarded duplicate body', async () => {
@@ -117,13 +138,14 @@ describe('receiver: the ledger before the size limit', () => {
     } finally {
       agent.destroy();
     }
-    assert.deepEqual(storedRows(await readStored(dir), 'ds', 'a'), [{ n: 0 }, { n: 1 }, { n: 2 }, { n: 3 }]);
+    assert.deepEqual(storedRows(await readStored(dir), 'ds', 'a'), [...storedA(), { n: 3 }]);
   });
 
   test('a ledgered id re-sent for another partition is a 409, whatever the size', async () => {
     const res = await ingest(r.url, { id: 'led-1', token: TOKEN, dataset: 'ds', source: 'b', body: big });
     assert.equal(res.status, 409, res.text);
-    assert.match(String(res.json?.error), /already stored for dataset "ds" source "a"/);
+    assert.match(String(res.json?.error), /batch id led-1 was already stored for another dataset or source/);
+    assert.ok(!res.text.includes('"ds"') && !res.text.includes('source "a"'), 'a 409 names no partition');
     const other = await ingest(r.url, { id: 'led-1', token: TOKEN, dataset: 'other', source: 'a', body: ndjson(1) });
     assert.equal(other.status, 409, other.text);
     assert.equal(storedRows(await readStored(dir), 'ds', 'b').length, 0);

@@ -121,14 +121,15 @@ describe('receiver protocol', () => {
     assert.equal(notFound.status, 404);
   });
 
-  test('a repeated id answers duplicate and stores nothing', async () => {
+  test('a repeated id with the same body answers duplicate and stores nothing; another body is a 409', async () => {
     const first = await ingest(r.url, { id: 'dup-1', token: TOKEN, dataset: 'dup', body: ndjson(3) });
     assert.deepEqual(first.json, { stored: 3 });
     const again = await ingest(r.url, { id: 'dup-1', token: TOKEN, dataset: 'dup', body: ndjson(3) });
     assert.equal(again.status, 200);
     assert.deepEqual(again.json, { duplicate: true });
     const other = await ingest(r.url, { id: 'dup-1', token: TOKEN, dataset: 'dup', body: ndjson(5, 100) });
-    assert.deepEqual(other.json, { duplicate: true }, 'the id decides, not the body');
+    assert.equal(other.status, 409, 'a batch id names one body: another body is never dropped as a duplicate');
+    assert.match(String(other.json?.error), /^batch id dup-1 was stored with another body; a batch id names one body/);
     const stored = await readStored(dir);
     assert.deepEqual(storedRows(stored, 'dup', 'src'), [{ n: 0 }, { n: 1 }, { n: 2 }]);
     assert.equal(stored.ledger.filter((e) => e.id === 'dup-1').length, 1);

@@ -5,7 +5,7 @@ import { ingest, ndjson, spawnReceiver, tempDir } from './helpers.js';
 
 test('rate limit: 429 with the configured Retry-After, and a later retry is stored', async () => {
   const { dir, cleanup } = await tempDir('rcv-rate');
-  const r = await startReceiver({ port: 0, dataDir: dir, rate: 2, burst: 2, retryAfterSeconds: 3 });
+  const r = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true, rate: 2, burst: 2, retryAfterSeconds: 3 });
   try {
     const replies = await Promise.all(
       Array.from({ length: 6 }, (_, i) => ingest(r.url, { id: `rate-${i}`, body: ndjson(1, i) })),
@@ -27,7 +27,7 @@ test('rate limit: 429 with the configured Retry-After, and a later retry is stor
 
 test('max inflight: 503 with Retry-After while another request is being processed', async () => {
   const { dir, cleanup } = await tempDir('rcv-inflight');
-  const r = await startReceiver({ port: 0, dataDir: dir, maxInflight: 1, retryAfterSeconds: 2 });
+  const r = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true, maxInflight: 1, retryAfterSeconds: 2 });
   try {
     let release!: () => void;
     const held = new Promise<void>((res) => {

@@ -164,7 +164,7 @@ export async function startWorld(): Promise<World> {
   useS3rverCredentials();
   const s3 = await startS3Server({ buckets: ['simlake'] });
   const receiverDir = await mkdtemp(join(tmpdir(), 'hypsink-sim-recv-'));
-  const token = 'sim-token-4f1c';
+  const token = 'sim-token-4f1c-9e2d7a';
   const receiver = await startReceiver({ port: 0, dataDir: receiverDir, token, maxInflight: 64 });
   return view({ s3, receiver, receiverDir, token, tail: new ReceiverTail(receiverDir) }, new Map(), []);
 }

@@ -34,7 +34,7 @@ import { tempDir } from '../support/tmp.js';
 
 process.env.HYPSINK_LOG_LEVEL ??= 'warn';
 
-type Point = 'export.afterIntent' | 'export.afterShip' | 'export.afterAdvance' | 'localfs.afterTemp' | 'localfs.afterLink';
+type Point = 'export.afterIntent' | 'export.afterShip' | 'export.afterAdvance' | 'localfs.afterTemp' | 'localfs.afterRecord' | 'localfs.afterLink';
 
 interface Case {
   readonly point: Point;
@@ -48,7 +48,7 @@ interface Case {
   readonly newRows?: boolean;
 }
 
-const POINTS: Point[] = ['export.afterIntent', 'export.afterShip', 'export.afterAdvance', 'localfs.afterTemp', 'localfs.afterLink'];
+const POINTS: Point[] = ['export.afterIntent', 'export.afterShip', 'export.afterAdvance', 'localfs.afterTemp', 'localfs.afterRecord', 'localfs.afterLink'];
 const CASES: Case[] = [
   ...POINTS.flatMap((point) => [
     { point, at: 1 as const },
@@ -66,7 +66,8 @@ interface WatermarkFile {
 
 async function watermarks(dir: string): Promise<WatermarkFile[]> {
   const wdir = join(dir, '.hypsink/state/sinks/archive/watermarks/events');
-  const names = await fsp.readdir(wdir).catch(() => [] as string[]);
+  // Only the records: a write of another partition's record that the kill cut short leaves its temp file here.
+  const names = (await fsp.readdir(wdir).catch(() => [] as string[])).filter((n) => n.endsWith('.json'));
   return Promise.all(names.map(async (n) => JSON.parse(await fsp.readFile(join(wdir, n), 'utf8')) as WatermarkFile));
 }
 
@@ -110,6 +111,16 @@ async function assertCrashState(c: Case, dir: string): Promise<void> {
         'the unit being written is not linked',
       );
       break;
+    case 'localfs.afterRecord': {
+      // local-fs's commit record names the unit being written (LLP 0028); the blob is not linked.
+      const cdir = join(exports, '.hypsink-tmp/commits');
+      const keys = await Promise.all((await fsp.readdir(cdir)).map(async (n) => (JSON.parse(await fsp.readFile(join(cdir, n), 'utf8')) as { key: string }).key));
+      assert.ok(
+        intents.some((i, n) => keys.includes(i.unit) && !unitExists[n]),
+        `a commit record names an open intent's unit, not linked (records ${keys.join(', ')})`,
+      );
+      break;
+    }
   }
   if (c.point.startsWith('localfs.')) assert.ok((await tempFiles(exports)).length > 0, 'the crash left a temp file');
   if (c.at === 2) {

@@ -195,10 +195,10 @@ export async function readExports(dir: string): Promise<ExportedFile[]> {
   });
 }
 
-/** Files left in local-fs's temp dir. */
+/** Files left in local-fs's temp dir (its `commits` folder of commit records is not one: LLP 0028). */
 export async function tempFiles(dir: string): Promise<string[]> {
   try {
-    return await fsp.readdir(join(dir, '.hypsink-tmp'));
+    return (await fsp.readdir(join(dir, '.hypsink-tmp'))).filter((n) => n !== 'commits');
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
     throw e;

@@ -94,7 +94,7 @@ test('the forward sink, to the reference receiver: every case', async (t) => {
   });
   await runConformance({
     sink: async (dir) => {
-      const r = await startReceiver({ port: 0, dataDir: dir, log: createLogger('silent') });
+      const r = await startReceiver({ port: 0, dataDir: dir, insecureNoAuth: true, log: createLogger('silent') });
       receivers.set(dir, r);
       return { plugin: '@hypsink/forward', config: { url: r.url } };
     },

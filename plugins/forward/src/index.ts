@@ -9,12 +9,22 @@
  * @ref LLP 0008: batch id derivation; LLP 0009: the receiver's ledger
  */
 import type { PluginContext, SinkBuildContext, UnitShipper } from 'hypsink/plugin';
-import { parseForwardConfig } from './config.js';
+import { type ForwardConfig, parseForwardConfig } from './config.js';
 import { ForwardShipper } from './shipper.js';
 
 export { type ForwardConfig, ForwardConfigSchema, parseForwardConfig } from './config.js';
 export { ForwardError, isTooLarge } from './errors.js';
 export { ForwardShipper } from './shipper.js';
+
+/** The host a token would travel to unencrypted: plain http to anything but this machine. */
+export function tokenInTheClear(c: ForwardConfig): string | null {
+  if (c.token === undefined) return null;
+  const u = new URL(c.url);
+  if (u.protocol !== 'http:') return null;
+  const host = u.hostname.replace(/^\[|\]$/g, '');
+  const loopback = host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+  return loopback ? null : u.host;
+}
 
 export function activate(ctx: PluginContext): void {
   const live = new Set<ForwardShipper>();
@@ -26,7 +36,15 @@ export function activate(ctx: PluginContext): void {
   ctx.registerSink({
     name: ctx.manifest.name,
     create(config: Record<string, unknown>, build: SinkBuildContext): UnitShipper {
-      const shipper = new ForwardShipper(parseForwardConfig(config, build.sink), build);
+      const parsed = parseForwardConfig(config, build.sink);
+      const exposed = tokenInTheClear(parsed);
+      if (exposed) {
+        build.log.warn(
+          { sink: build.sink, host: exposed },
+          `sink "${build.sink}" sends its bearer token over plain http:// to ${exposed}, where anyone on the path can read it; use an https:// url`,
+        );
+      }
+      const shipper = new ForwardShipper(parsed, build);
       live.add(shipper);
       shipper.whenClosed(() => live.delete(shipper));
       return shipper;

@@ -1,61 +1,46 @@
 /**
  * `@hypsink/local-fs`: blobs as files under `config.dir`. A put writes a temp
- * file, fsyncs it, then links it under its key — create-if-absent: a link onto
- * an existing name fails, so a committed file is never overwritten and an
- * existing file means the unit already committed.
+ * file (hashing it as it streams), fsyncs it, durably records the key with the
+ * blob's size and digest in the partition folder's commit record, then links
+ * it under its key: create-if-absent, a link onto an existing name fails, so a
+ * committed file is never overwritten.
+ *
+ * An existing entry at the key counts as the unit committed before only when
+ * it is a regular file and its contents are the unit's: its size and digest
+ * are the commit record's for this key, or, without such a record, equal to
+ * the body given now. Anything else (a link, dangling or not, a folder,
+ * someone else's file) is an error naming the path. No link is followed inside
+ * the root, and the temp sweep removes only local-fs's own temp files.
  * @ref LLP 0005: write-ahead intent (a retried unit finds its file and stops)
+ * @ref LLP 0028: local-fs never follows links it did not make
  */
-import { randomBytes } from 'node:crypto';
-import { constants, promises as fsp } from 'node:fs';
-import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { promises as fsp } from 'node:fs';
+import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
 import { type BlobBody, type BlobDestination, HypsinkError, isHypsinkError, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from 'hypsink/plugin';
+import { type Digest, digestBody, digestFile, readRecord, recordPath, sweepTemps, tempName, writeNew, writeRecord } from './files.js';
+import { checkRoot, ensureFolders, fsyncDir, kindOf, linkTarget, lstatOrNull, treeError } from './tree.js';
 
-const configSchema = z.object({ dir: z.string().min(1) }).strict();
+const configSchema = z
+  .object({
+    dir: z.string().min(1),
+    /** Links in the path of `dir` itself (the dir and its ancestors) are followed. Never inside it. */
+    followRootLinks: z.boolean().optional(),
+  })
+  .strict();
 const TMP = '.hypsink-tmp';
-
-async function fsyncDir(dir: string): Promise<void> {
-  const fh = await fsp.open(dir, constants.O_RDONLY);
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** Temp files of dead writers (a crash between write and link) are removed. */
-async function sweepTemps(tmpDir: string): Promise<void> {
-  let names: string[] = [];
-  try {
-    names = await fsp.readdir(tmpDir);
-  } catch {
-    return;
-  }
-  for (const n of names) {
-    const pid = Number(n.split('-')[0]);
-    if (!Number.isInteger(pid) || !alive(pid)) await fsp.rm(join(tmpDir, n), { force: true });
-  }
-}
+/** Inside TMP: one commit record per partition folder. */
+const COMMITS = 'commits';
 
 class LocalFsDestination implements BlobDestination {
-  private readonly tmpDir: string;
-  private swept: Promise<void> | undefined;
+  /** The root's path checked, the temp dir made real and swept: once per destination, retried after a failure. */
+  private ready: Promise<void> | undefined;
 
   constructor(
     private readonly root: string,
+    private readonly followRootLinks: boolean,
     private readonly build: SinkBuildContext,
-  ) {
-    this.tmpDir = join(root, TMP);
-  }
+  ) {}
 
   describe(key: string): string {
     return join(this.root, key);
@@ -65,67 +50,110 @@ class LocalFsDestination implements BlobDestination {
     return `local-fs ${this.root}`;
   }
 
+  private get sink(): string {
+    return this.build.sink;
+  }
+
   private target(key: string): string {
     const path = resolve(this.root, key);
     const rel = relative(this.root, path);
-    if (rel.startsWith('..') || isAbsolute(rel) || rel.split(/[\\/]/)[0] === TMP) {
-      throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.build.sink}": key ${key} escapes ${this.root}`);
+    if (rel === '' || rel.startsWith('..') || isAbsolute(rel) || rel.split(/[\\/]/)[0] === TMP) {
+      throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": key ${key} escapes ${this.root}`);
     }
     return path;
   }
 
+  private prepare(): Promise<void> {
+    this.ready ??= (async () => {
+      await checkRoot(this.sink, this.root, this.followRootLinks);
+      // Sweep first: a writer that died after linking left its temp behind, and the retry of
+      // that unit finds the key and returns early, so a later sweep might never come.
+      await sweepTemps(await ensureFolders(this.sink, this.root, TMP));
+    })().catch((e: unknown) => {
+      this.ready = undefined;
+      throw e;
+    });
+    return this.ready;
+  }
+
   async putIfAbsent(key: string, body: BlobBody, opts: { signal: AbortSignal }): Promise<PutResult> {
     const final = this.target(key);
-    // Sweep first: a writer that died after linking left its temp behind, and the retry of
-    // that unit finds the key and returns early, so a later sweep might never come.
-    this.swept ??= sweepTemps(this.tmpDir);
-    await this.swept;
     try {
-      const st = await fsp.stat(final);
-      return { created: false, bytes: st.size };
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw this.fsError(e, final);
-    }
-    await fsp.mkdir(this.tmpDir, { recursive: true });
-    await fsp.mkdir(dirname(final), { recursive: true });
-    const temp = join(this.tmpDir, `${process.pid}-${randomBytes(6).toString('hex')}.part`);
-    let bytes = 0;
-    try {
-      const fh = await fsp.open(temp, 'wx');
+      await this.prepare();
+      // Checked at every put: a link made since the first one is refused too.
+      const tmpDir = await ensureFolders(this.sink, this.root, TMP);
+      const commitsDir = await ensureFolders(this.sink, this.root, `${TMP}/${COMMITS}`);
+      const relDir = relative(this.root, dirname(final)).split(sep).join('/');
+      const record = recordPath(commitsDir, relDir);
+      // Every folder down to the key's is checked (and made) before the key itself is looked at.
+      await ensureFolders(this.sink, this.root, relDir);
+      if (await lstatOrNull(final)) return await this.existing(key, final, record, { body, signal: opts.signal });
+      const temp = join(tmpDir, tempName());
       try {
-        for await (const chunk of body) {
-          if (opts.signal.aborted) throw new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.build.sink}": write of ${final} aborted by shutdown`);
-          await fh.write(chunk);
-          bytes += chunk.byteLength;
+        const written = await writeNew(temp, body, opts.signal, () => this.aborted(final));
+        this.build.fault?.('localfs.afterTemp');
+        await writeRecord(tmpDir, commitsDir, record, { v: 1, key, ...written });
+        this.build.fault?.('localfs.afterRecord');
+        try {
+          await fsp.link(temp, final);
+        } catch (e) {
+          // Something appeared at the key since it was checked: ours only if it holds these very bytes.
+          if ((e as NodeJS.ErrnoException).code === 'EEXIST') return await this.existing(key, final, record, { written });
+          throw e;
         }
-        await fh.sync();
+        await fsyncDir(dirname(final));
+        this.build.fault?.('localfs.afterLink');
+        return { created: true, bytes: written.size };
       } finally {
-        await fh.close();
+        await fsp.unlink(temp).catch(() => undefined);
       }
-      this.build.fault?.('localfs.afterTemp');
-      try {
-        await fsp.link(temp, final);
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code === 'EEXIST') return { created: false, bytes };
-        throw e;
-      }
-      await fsyncDir(dirname(final));
-      this.build.fault?.('localfs.afterLink');
-      return { created: true, bytes };
     } catch (e) {
       throw isHypsinkError(e) ? e : this.fsError(e, final);
-    } finally {
-      await fsp.rm(temp, { force: true });
     }
+  }
+
+  /**
+   * An entry is at the key. It is this unit, committed before, only when it is
+   * a regular file with the unit's contents: the size and digest this key's
+   * commit record holds, or else (a file from before commit records, or not
+   * ours) those of the body. Anything else is refused, naming the path.
+   */
+  private async existing(key: string, final: string, record: string, unit: { body: BlobBody; signal: AbortSignal } | { written: Digest }): Promise<PutResult> {
+    const st = await fsp.lstat(final);
+    if (!st.isFile()) {
+      const what = st.isSymbolicLink() ? `a symbolic link${await linkTarget(final)}` : kindOf(st);
+      throw treeError(
+        this.sink,
+        `${final} is ${what}, where this unit's blob goes; local-fs never follows links it did not make and writes only regular files: remove it, then export again (the unit is written there then)`,
+      );
+    }
+    const found = await digestFile(final);
+    if (found === null) throw treeError(this.sink, `${final} changed while it was read (it is no longer a regular file): remove what is there, then export again`);
+    const rec = await readRecord(record);
+    if (rec !== null && rec.key === key && rec.size === found.size && rec.sha256 === found.sha256) return { created: false, bytes: found.size };
+    const mine = 'written' in unit ? unit.written : await digestBody(unit.body, unit.signal, () => this.aborted(final));
+    if (mine.size === found.size && mine.sha256 === found.sha256) return { created: false, bytes: found.size };
+    const sizes = mine.size === found.size ? `both ${found.size} bytes, other contents` : `${found.size} bytes there, the unit ${mine.size} bytes`;
+    const why = rec?.key === key ? 'and it is not the file local-fs committed there (changed or replaced since)' : 'and local-fs has no record of committing it';
+    throw treeError(
+      this.sink,
+      `${final} exists but is not this unit's blob (${sizes}), ${why}; local-fs never overwrites a file: move it aside, then export again to write the unit there`,
+    );
+  }
+
+  private aborted(final: string): HypsinkError {
+    return new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.sink}": write of ${final} aborted by shutdown`);
   }
 
   private fsError(e: unknown, path: string): HypsinkError {
     const code = (e as NodeJS.ErrnoException).code;
     // A full disk or a transient I/O error may clear; permissions and bad paths will not.
     const retryable = code === 'ENOSPC' || code === 'EIO' || code === 'EAGAIN' || code === 'EBUSY';
+    // ELOOP: a component became a link between its check and its use (O_NOFOLLOW refused it).
+    const why = code === 'ELOOP' ? ': a link appeared in its path; local-fs never follows links it did not make, remove it' : '';
     return new HypsinkError(
       retryable ? 'HYPSINK_ERR_RETRYABLE' : 'HYPSINK_ERR_DESTINATION',
-      `sink "${this.build.sink}": cannot write ${path} (${code ?? (e as Error).message})`,
+      `sink "${this.sink}": cannot write ${path} (${code ?? (e as Error).message})${why}`,
       { cause: e, retryable },
     );
   }
@@ -137,8 +165,8 @@ export default function activate(ctx: PluginContext): void {
   ctx.registerDestination({
     name: ctx.manifest.name,
     create(config, build) {
-      const { dir } = parseSinkConfig(configSchema, config, build.sink);
-      return new LocalFsDestination(resolve(build.baseDir, dir), build);
+      const { dir, followRootLinks } = parseSinkConfig(configSchema, config, build.sink);
+      return new LocalFsDestination(resolve(build.baseDir, dir), followRootLinks === true, build);
     },
   });
 }

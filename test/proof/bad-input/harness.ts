@@ -231,10 +231,10 @@ export async function localDelivered(exportDir: string): Promise<Delivered[]> {
   return files.flatMap((f) => f.ids.map((id) => ({ id, where: f.folder })));
 }
 
-/** Files left in local-fs's temp dir (a failed put must leave none). */
+/** Files left in local-fs's temp dir (a failed put must leave none; its `commits` folder of commit records is not one: LLP 0028). */
 export async function tempLeft(exportDir: string): Promise<string[]> {
   try {
-    return await fsp.readdir(join(exportDir, '.hypsink-tmp'));
+    return (await fsp.readdir(join(exportDir, '.hypsink-tmp'))).filter((n) => n !== 'commits');
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
     throw e;
