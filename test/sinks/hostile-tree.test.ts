@@ -338,3 +338,22 @@ for (const withRecord of [true, false]) {
     }
   });
 }
+
+test('sources that differ only in case, and device names, export to files no case-folding filesystem confuses', async () => {
+  const w = await world();
+  const sources = ['web', 'WEB', 'Web', 'con', 'CON', 'nul'];
+  for (const [i, s] of sources.entries()) await w.ingest(s, 1 + i * 100, 3);
+  const r = await cli('export', '--config', w.config);
+  assert.equal(r.code, 0, r.err);
+  assertExactlyOnce(await readExports(w.exports), Object.fromEntries(sources.map((s, i) => [s, range(1 + i * 100, 3)])));
+  // A simulated case-insensitive filesystem: two paths that fold to one would be one file there.
+  const everything = [...(await walkFiles(w.exports)), ...(await walkFiles(join(w.dir, '.hypsink')))];
+  const folded = new Map<string, string>();
+  for (const path of everything) {
+    const prev = folded.get(path.toLowerCase());
+    assert.equal(prev, undefined, `${path} and ${prev} are one file where case folds`);
+    folded.set(path.toLowerCase(), path);
+    // Windows reserves device names whatever follows a dot.
+    for (const seg of path.slice(w.dir.length + 1).split('/')) assert.doesNotMatch(seg, /^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$/i, path);
+  }
+});
