@@ -4,6 +4,7 @@
  * registered and masked wherever they appear in a message or a field. Masking
  * works on the values before they are serialised: in the JSON text a secret
  * holding `"` or `\` is escaped and would no longer match.
+ * @ref LLP 0031
  */
 import pino, { type Logger as Pino } from 'pino';
 import type { Logger } from '../types/plugins.js';

@@ -26,6 +26,7 @@ interface Out {
  * Control characters reach a terminal only as visible escapes: a source, a
  * dataset or a file name is untrusted, and an escape sequence in it could
  * rewrite what the operator sees. Tabs, newlines and colour (SGR) sequences pass.
+ * @ref LLP 0031
  */
 export function forTerminal(s: string): string {
   // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point

@@ -16,7 +16,7 @@ export { type ForwardConfig, ForwardConfigSchema, parseForwardConfig } from './c
 export { ForwardError, isTooLarge } from './errors.js';
 export { ForwardShipper } from './shipper.js';
 
-/** The host a token would travel to unencrypted: plain http to anything but this machine. */
+/** The host a token would travel to unencrypted: plain http to anything but this machine. @ref LLP 0031 */
 export function tokenInTheClear(c: ForwardConfig): string | null {
   if (c.token === undefined) return null;
   const u = new URL(c.url);
