@@ -146,7 +146,9 @@ export class Cache {
     const s = this.datasets[dataset];
     if (!s) {
       const known = Object.keys(this.datasets).join(', ') || 'none';
-      throw new HypsinkError('HYPSINK_ERR_INPUT', `unknown dataset "${dataset}" (configured: ${known})`);
+      throw new HypsinkError('HYPSINK_ERR_INPUT', `unknown dataset "${dataset}" (configured: ${known})`, {
+        hint: 'Name one of the configured datasets, or add this one to the config file; nothing was read.',
+      });
     }
     return s;
   }

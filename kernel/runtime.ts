@@ -143,7 +143,9 @@ export class Hypsink {
   entry(name: string): SinkEntry {
     const s = this.sinks.get(name);
     if (!s) {
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `no sink named "${name}" (configured: ${[...this.sinks.keys()].join(', ') || 'none'})`);
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `no sink named "${name}" (configured: ${[...this.sinks.keys()].join(', ') || 'none'})`, {
+        hint: 'Name one of the configured sinks, or add this one to the config file.',
+      });
     }
     return s;
   }
@@ -379,7 +381,9 @@ export class Hypsink {
     const configured = this.sinks.get(name);
     const state = configured?.state ?? (await this.holders()).find((h) => h.state.name === name)?.state;
     if (!state) {
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `no sink named "${name}" in the config or in ${sinksRoot(this.loaded.stateDir)}; nothing to forget`);
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `no sink named "${name}" in the config or in ${sinksRoot(this.loaded.stateDir)}; nothing to forget`, {
+        hint: 'Name a sink of the config, or one "hypsink status" lists as holding rows back.',
+      });
     }
     const datasets = dataset !== undefined ? [dataset] : [...(await state.datasets()), ...(configured?.datasets ?? [])].filter((d, i, all) => all.indexOf(d) === i);
     const partitions = await this.partitionsOf(state, datasets);

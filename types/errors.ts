@@ -35,6 +35,8 @@ export interface HypsinkErrorOptions {
    * the export fails asking for a larger limit. @ref LLP 0018
    */
   readonly tooLarge?: boolean;
+  /** What to do next when the code's own hint does not fit the case (a flag, not a config field). */
+  readonly hint?: string;
 }
 
 /**
@@ -50,6 +52,7 @@ export class HypsinkError extends Error {
   readonly retryable: boolean;
   readonly retryAfterMs: number | undefined;
   readonly tooLarge: boolean;
+  private readonly ownHint: string | undefined;
 
   constructor(code: ErrorCode, message: string, opts: HypsinkErrorOptions = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
@@ -58,10 +61,12 @@ export class HypsinkError extends Error {
     this.retryable = opts.retryable ?? code === 'HYPSINK_ERR_RETRYABLE';
     this.retryAfterMs = opts.retryAfterMs;
     this.tooLarge = opts.tooLarge ?? false;
+    this.ownHint = opts.hint;
   }
 
+  /** What to do next: the error's own, else its code's. */
   get hint(): string {
-    return ERROR_CODES[this.code].hint;
+    return this.ownHint ?? ERROR_CODES[this.code].hint;
   }
 
   get exitCode(): number {

@@ -3,10 +3,20 @@ import Table from 'cli-table3';
 import type { TickReport } from '../sinks/driver.js';
 import type { ForgetPlan, StatusReport } from '../runtime.js';
 
+/**
+ * Colour only for a person at a terminal: not into a pipe or a file, and not
+ * when NO_COLOR is set to anything (no-color.org).
+ */
+export function colourful(out: { isTTY?: boolean } = process.stdout, env: NodeJS.ProcessEnv = process.env): boolean {
+  return out.isTTY === true && (env.NO_COLOR ?? '') === '';
+}
+
+function table(head: string[]): Table.Table {
+  return new Table(colourful() ? { head } : { head, style: { head: [], border: [] } });
+}
+
 export function statusTable(s: StatusReport): string {
-  const t = new Table({
-    head: ['sink', 'dataset', 'source', 'watermark', 'high water', 'pending', 'exported', 'gap', 'intent', 'last export', 'last error'],
-  });
+  const t = table(['sink', 'dataset', 'source', 'watermark', 'high water', 'pending', 'exported', 'gap', 'intent', 'last export', 'last error']);
   for (const sink of s.sinks) {
     if (sink.partitions.length === 0) t.push([sink.name, '(no partitions yet)', '', '', '', '', '', '', '', '', '']);
     for (const p of sink.partitions) {
@@ -52,7 +62,7 @@ export function forgetText(plan: ForgetPlan, doing: boolean): string {
 }
 
 export function exportTable(reports: readonly TickReport[]): string {
-  const t = new Table({ head: ['sink', 'dataset', 'source', 'rows', 'bytes', 'units', 'note'] });
+  const t = table(['sink', 'dataset', 'source', 'rows', 'bytes', 'units', 'note']);
   for (const r of reports) {
     for (const p of r.partitions) {
       const note = p.error ? `${p.error.code}: ${p.error.message}`.slice(0, 80) : p.waiting ? 'waiting (small-file policy)' : p.gapRows ? `gap ${p.gapRows}` : '';

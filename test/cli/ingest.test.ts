@@ -134,3 +134,20 @@ test('control characters of an untrusted --source reach the terminal only as vis
   const parts = (JSON.parse(st.out) as { sinks: { partitions: { source: string }[] }[] }).sinks[0]!.partitions;
   assert.deepEqual(parts.map((p) => p.source), [source]);
 });
+
+test('hints fit the mistake: an unknown sink or dataset, a bad receiver flag', async () => {
+  const dir = tempDir();
+  const config = await writeConfig(dir, sampleConfig());
+  await fsp.writeFile(join(dir, 'rows.ndjson'), `${ok(1)}\n`);
+  const cases: [string[], RegExp][] = [
+    [['export', '--sink', 'archiv', '--config', config], /no sink named "archiv" \(configured: archive\)\n {2}→ Name one of the configured sinks/],
+    [['ingest', 'event', '--source', 'web', '--file', join(dir, 'rows.ndjson'), '--config', config], /unknown dataset "event".*\n {2}→ Name one of the configured datasets.*nothing was read/],
+    [['receiver', '--port', '0', '--data', join(dir, 'recv'), '--insecure-no-auth', '--rate', 'abc'], /--rate must be .*\n {2}→ Fix the named flag/],
+  ];
+  for (const [args, want] of cases) {
+    const r = await cli(...args);
+    assert.equal(r.code, 2, `${args[0]}: ${r.err}`);
+    assert.match(r.err, want);
+    assert.doesNotMatch(r.err, /config file and run again|valid rows were kept/, `${args[0]}: a hint that does not fit`);
+  }
+});
