@@ -1,7 +1,7 @@
 /**
  * The main job (`npm start`): ingest a new batch of demo rows into the cache
- * and export incrementally with the configured sinks (the embedded default:
- * Parquet files under ./exports). Each run ingests a new batch and exports
+ * and export incrementally, on the demo's own config (DEMO_CONFIG: Parquet
+ * files under ./demo-exports). Each run ingests a new batch and exports
  * exactly those rows.
  */
 import { promises as fsp } from 'node:fs';
@@ -9,6 +9,7 @@ import { join, relative } from 'node:path';
 import { Readable } from 'node:stream';
 import { SingleBar } from 'cli-progress';
 import { demoBatch } from '../../fixtures/demo/generate.js';
+import { HypsinkError } from '../../types/errors.js';
 import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { ingestNdjson } from '../ingest/ingest.js';
 import type { Hypsink } from '../runtime.js';
@@ -54,6 +55,11 @@ export async function runDemo(k: Hypsink, out: (s: string) => void): Promise<voi
     const r = await ingestNdjson(k, dataset, b.source, Readable.from(b.lines.map((l) => `${l}\n`)), `demo run ${run}`);
     done += r.accepted;
     bar?.update(done);
+    // The demo's rows fit the demo's schema: a rejection is a bug to show, never a quiet dead letter.
+    if (r.rejected > 0) {
+      bar?.stop();
+      throw new HypsinkError('HYPSINK_ERR_INVARIANT', `demo run ${run}: ${r.rejected} demo row(s) of ${b.source} were rejected (${r.samples[0]?.reason ?? 'no reason'}); they are in ${r.deadLetter}`);
+    }
   }
   bar?.stop();
   out(`run ${run}: ingested ${done} demo rows into "${dataset}" (${batches.map((b) => b.source).join(', ')})`);

@@ -303,11 +303,15 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('demo')
-    .description('the main job: ingest a new batch of demo rows and export it (what npm start runs)')
-    .option('--config <file>', 'config file')
-    .action(async (_o: unknown, cmd: Command) => {
-      const { runDemo } = await import('./demo.js');
-      await withKernel(cmd, (k) => runDemo(k, io.out));
+    .description('the main job: ingest a new batch of demo rows and export it (what npm start runs), in folders of its own under .hypsink/demo and demo-exports, whatever hypsink.config.json says')
+    .action(async () => {
+      const [{ runDemo }, { DEMO_CONFIG }, a] = await Promise.all([import('./demo.js'), import('../config/defaults.js'), api()]);
+      const k = await a.open({ config: DEMO_CONFIG });
+      try {
+        await runDemo(k, io.out);
+      } finally {
+        await k.close();
+      }
     });
 
   const receiver = program

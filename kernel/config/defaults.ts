@@ -31,3 +31,16 @@ export const DEFAULT_CONFIG = {
     },
   },
 } as const;
+
+/**
+ * What `npm start` (`hypsink demo`) runs on, whatever `hypsink.config.json`
+ * says: the embedded default's dataset and sink, in folders of its own, so a
+ * config written by `hypsink init` (another schema, the same `.hypsink/` and
+ * `exports/`) is never mixed with the demo's rows.
+ */
+export const DEMO_CONFIG = {
+  ...DEFAULT_CONFIG,
+  cache: { root: '.hypsink/demo/cache' },
+  state: { dir: '.hypsink/demo/state' },
+  sinks: { archive: { ...DEFAULT_CONFIG.sinks.archive, config: { dir: 'demo-exports' } } },
+} as const;
