@@ -22,10 +22,21 @@ export function maskSecrets(text: string): string {
   return out;
 }
 
+/** JSON text of a value, every string in it masked before it is escaped. */
+function textOf(value: object): string {
+  try {
+    return JSON.stringify(value, (_k, v: unknown) => (typeof v === 'string' ? maskSecrets(v) : typeof v === 'bigint' ? v.toString() : v)) ?? '';
+  } catch {
+    return '[unserialisable]';
+  }
+}
+
 /** A log record's fields with every string masked (errors as their own fields, which pino would print). */
 function maskFields(value: unknown, depth = 0): unknown {
   if (typeof value === 'string') return maskSecrets(value);
-  if (typeof value !== 'object' || value === null || depth > 8) return value;
+  if (typeof value !== 'object' || value === null) return value;
+  // Deeper than any record of ours: kept as masked text, never passed on unmasked.
+  if (depth > 8) return textOf(value);
   if (Array.isArray(value)) return value.map((v) => maskFields(v, depth + 1));
   const out: Record<string, unknown> = {};
   if (value instanceof Error) {

@@ -20,7 +20,10 @@ test('a secret holding a quote, a backslash or a newline is masked in messages, 
     log.info({ url: `http://x/?t=${s}`, nested: { list: [`a ${s} b`] } }, `message with ${s}`);
     log.warn({ err: new Error(`failed with ${s}`) }, 'an error');
   }
-  assert.equal(lines.length, 6);
+  let deep: Record<string, unknown> = { leaf: `deep ${secrets[0]}` };
+  for (let i = 0; i < 12; i++) deep = { deep };
+  log.info(deep, 'a deep record');
+  assert.equal(lines.length, 7);
   for (const line of lines) {
     const parsed = JSON.parse(line) as Record<string, unknown>;
     const text = JSON.stringify(parsed);
@@ -31,6 +34,7 @@ test('a secret holding a quote, a backslash or a newline is masked in messages, 
     assert.ok(line.includes('***'), `masked: ${line}`);
   }
   // The error is still there for the reader, masked.
+  assert.ok(!lines[6]!.includes('t0ken'), `nested deep, still masked: ${lines[6]}`);
   const err = (JSON.parse(lines[1]!) as { err: { message: string; stack: string } }).err;
   assert.equal(err.message, 'failed with ***');
   assert.match(err.stack, /^Error: failed with \*\*\*/);
