@@ -11,8 +11,16 @@ export function colourful(out: { isTTY?: boolean } = process.stdout, env: NodeJS
   return out.isTTY === true && (env.NO_COLOR ?? '') === '';
 }
 
+/**
+ * The table's own colour styling is off: cli-table3's colour library guesses
+ * from TERM and CI and would drop colour at a real terminal on a CI runner or
+ * under a bare TERM. hypsink decides by `colourful()` alone and writes the SGR
+ * (bold cyan heading) itself; cli-table3 measures widths without it.
+ * @ref LLP 0031
+ */
 function table(head: string[]): Table.Table {
-  return new Table(colourful() ? { head } : { head, style: { head: [], border: [] } });
+  const paint = colourful() ? (h: string) => `\u001b[1;36m${h}\u001b[22;39m` : (h: string) => h;
+  return new Table({ head: head.map(paint), style: { head: [], border: [] } });
 }
 
 export function statusTable(s: StatusReport): string {

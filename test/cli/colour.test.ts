@@ -23,11 +23,15 @@ async function configWithRows(): Promise<string> {
   return config;
 }
 
-/** `hypsink status` with its stdout on a pseudo-terminal. */
+/**
+ * `hypsink status` with its stdout on a pseudo-terminal. TERM is unset and CI
+ * set, as on a CI runner: colour must follow hypsink's own rule, not a colour
+ * library's guess from TERM or CI (that guess is what failed CI at stop 21).
+ */
 function statusOnTty(config: string, env: Record<string, string | undefined>): string {
   const quote = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
   const cmd = [process.execPath, BIN, 'status', '--config', config].map(quote).join(' ');
-  const r = spawnSync('script', ['-qec', cmd, '/dev/null'], { cwd: REPO, env: { ...process.env, ...env }, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync('script', ['-qec', cmd, '/dev/null'], { cwd: REPO, env: { ...process.env, TERM: undefined, CI: 'true', ...env }, encoding: 'utf8', timeout: 60_000 });
   assert.equal(r.status, 0, `${r.stdout}${r.stderr}`);
   assert.match(r.stdout, /web/, 'the table was printed');
   return r.stdout;
