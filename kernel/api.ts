@@ -44,5 +44,6 @@ export type { Hypsink, HostIngestOptions, IngestInput, PartitionStatus, SinkStat
 export type { IngestResult } from './ingest/ingest.js';
 export { IngestError } from './ingest/ingest.js';
 export type { TickReport, PartitionReport } from './sinks/driver.js';
+export type { ConnectionCheck } from './sinks/connect.js';
 export type { FlushResult } from './cache.js';
 export { ERROR_CODES, type ErrorCode, HypsinkError, isHypsinkError } from '../types/errors.js';

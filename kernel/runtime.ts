@@ -22,6 +22,7 @@ import { ParseWorker } from './ingest/parsers.js';
 import { createLogger } from './log.js';
 import { PluginHost } from './plugins/host.js';
 import { type BuildEnv, buildSink, checkSinkPlugins, refuseSharedRoots } from './sinks/build.js';
+import { type ConnectionCheck, checkConnection } from './sinks/connect.js';
 import { SinkDriver, type PartitionReport, type TickReport } from './sinks/driver.js';
 import { prunedForAll, type SinkRuntime } from './sinks/exporter.js';
 import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
@@ -193,6 +194,17 @@ export class Hypsink {
   async validate(): Promise<string[]> {
     await this.build([...this.sinks.keys()]);
     return [...this.sinks.keys()];
+  }
+
+  /**
+   * `validate`, then each sink's destination reached without writing anything
+   * visible there (its plugin's `check`), every sink whatever another's
+   * outcome, each bounded by `timeoutMs` (10 s). Results in config order; a
+   * config error throws before any destination is reached. @ref LLP 0036
+   */
+  async checkConnections(opts: { timeoutMs?: number } = {}): Promise<ConnectionCheck[]> {
+    const names = await this.validate();
+    return Promise.all(names.map((n) => checkConnection(this.built.get(n)!, this.signal, opts.timeoutMs)));
   }
 
   /**

@@ -81,6 +81,26 @@ export interface UnitShipper {
   readonly destination?: string;
   /** Abort parked waits and release connections. */
   close(): Promise<void>;
+  /**
+   * Optional connection check (`hypsink validate --connect`): reach the
+   * destination as an export would, WITHOUT writing anything anyone can see
+   * there, and resolve with a short line of what was checked (e.g. "receiver
+   * http://h:8080: health check passed, token accepted"). Throw a HypsinkError
+   * naming the sink and what failed, never a secret: HYPSINK_ERR_AUTH for
+   * refused credentials, HYPSINK_ERR_DESTINATION for what will not pass on its
+   * own, HYPSINK_ERR_RETRYABLE when the destination did not answer. The kernel
+   * bounds the check (10 s) and then aborts `signal`; stop there. A database
+   * sink checks here that the database accepts the login (connect, run a
+   * read-only statement, disconnect). Without it the sink is reported built,
+   * unchecked. @ref LLP 0036
+   */
+  check?(opts: ConnectionCheckOptions): Promise<string>;
+}
+
+/** What a connection check gets. */
+export interface ConnectionCheckOptions {
+  /** Aborted at the kernel's bound on the check, or when the kernel closes. */
+  readonly signal: AbortSignal;
 }
 
 /** A body for a blob: chunks in order. */
@@ -107,6 +127,14 @@ export interface BlobDestination {
    */
   readonly destination?: string;
   close(): Promise<void>;
+  /**
+   * Optional connection check, as `UnitShipper.check`: the root exists or can
+   * be made, and the credentials may write there, proven without anything
+   * becoming visible under the root (an upload begun and aborted, a temp file
+   * in the destination's own folder). The blob sink forwards its check here;
+   * an encoder needs none. @ref LLP 0036
+   */
+  check?(opts: ConnectionCheckOptions): Promise<string>;
 }
 
 /** Turns a unit's rows into bytes. Streams: a large unit never sits in memory whole. */

@@ -282,10 +282,20 @@ export function buildProgram(io: Out = stdio): Command {
     .command('validate')
     .description('check the config as an export would: every sink built (its plugins, environment variables and own config); nothing exported')
     .option('--config <file>', 'config file')
-    .action(async (_o: unknown, cmd: Command) => {
+    .option('--connect', "also reach each sink's destination, writing nothing visible there: one line per sink (LLP 0036)")
+    .option('--json', 'print the per-sink results as JSON')
+    .action(async (o: { connect?: boolean; json?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
-        const names = await k.validate();
-        io.out(`config OK: ${names.length} sink(s)${names.length ? ` (${names.join(', ')})` : ''}`);
+        if (!o.connect) {
+          const names = await k.validate();
+          if (o.json) io.out(JSON.stringify({ sinks: names.map((name) => ({ name, ok: true, probed: false, checked: 'built' })) }));
+          else io.out(`config OK: ${names.length} sink(s)${names.length ? ` (${names.join(', ')})` : ''}`);
+          return;
+        }
+        const [checks, { maskSecrets }, { checksText, connectionFailure }] = await Promise.all([k.checkConnections(), logs(), import('../sinks/connect.js')]);
+        io.out(checksText(checks, o.json ?? false, maskSecrets));
+        const failed = connectionFailure(checks);
+        if (failed) throw failed;
       });
     });
 

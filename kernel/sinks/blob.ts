@@ -9,7 +9,7 @@
  * @ref LLP 0018: the two kernel rules
  */
 import { HypsinkError } from '../../types/errors.js';
-import type { BlobDestination, Encoder, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
+import type { BlobDestination, ConnectionCheckOptions, Encoder, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import { encodeSegment } from '../store/segments.js';
 import type { UnitReads } from './unit.js';
@@ -39,5 +39,7 @@ export function blobShipper(encoder: Encoder, destination: BlobDestination, limi
       return { rows: reads.planned, bytes: put.bytes, duplicate: !put.created };
     },
     close: () => destination.close(),
+    // The blob sink's connection check is its destination's (an encoder reaches nothing). @ref LLP 0036
+    ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
   };
 }

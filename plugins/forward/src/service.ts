@@ -27,6 +27,12 @@ export type Outcome =
     }
   | { readonly kind: 'aborted' };
 
+/** What one GET of the connection check came to. */
+export type GetOutcome =
+  | { readonly kind: 'answer'; readonly status: number; readonly text: string; readonly message: string }
+  | { readonly kind: 'failed'; readonly message: string }
+  | { readonly kind: 'aborted' };
+
 /** Error bodies are for messages only: never read more than this of one. */
 const MAX_ERROR_BODY = 64 * 1024;
 
@@ -156,6 +162,57 @@ export class ForwardService {
       );
       cr.on('error', (e) => onFailure(e, cr.reusedSocket));
       cr.end(req.body);
+    });
+  }
+
+  /**
+   * GET once, for the connection check: the status and (the start of) the body,
+   * or why no answer came. Never throws, never follows a redirect.
+   */
+  get(path: string, headers: Record<string, string>, signal: AbortSignal): Promise<GetOutcome> {
+    if (signal.aborted) return Promise.resolve({ kind: 'aborted' });
+    return new Promise<GetOutcome>((resolve) => {
+      let timedOut = false;
+      const attempt = new AbortController();
+      const timer = setTimeout(() => {
+        timedOut = true;
+        attempt.abort();
+      }, this.timeoutMs);
+      const onAbort = () => attempt.abort();
+      signal.addEventListener('abort', onAbort, { once: true });
+      let settled = false;
+      const settle = (o: GetOutcome) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        resolve(o);
+      };
+      const failed = (err: NodeJS.ErrnoException) => {
+        if (signal.aborted) return settle({ kind: 'aborted' });
+        if (timedOut) return settle({ kind: 'failed', message: `no answer within ${this.timeoutMs} ms (config.timeoutMs)` });
+        const code = err.code ?? err.name;
+        settle({ kind: 'failed', message: `${code}: ${err.message}` });
+      };
+      const cr = this.mod.request(
+        { hostname: this.hostname, port: this.port, path: this.basePath + path, method: 'GET', headers, agent: this.agent, signal: attempt.signal },
+        (res) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (c: Buffer) => {
+            if (size < MAX_ERROR_BODY) chunks.push(c);
+            size += c.length;
+          });
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY).toString('utf8');
+            settle({ kind: 'answer', status: res.statusCode ?? 0, text, message: serverMessage(text) });
+          });
+          res.on('error', failed);
+          res.on('aborted', () => failed(new Error('the response was cut off')));
+        },
+      );
+      cr.on('error', failed);
+      cr.end();
     });
   }
 

@@ -7,6 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import type {
+  ConnectionCheckOptions,
   Continuation,
   PartitionRef,
   ShipResult,
@@ -16,6 +17,7 @@ import type {
   UnitShipper,
 } from 'hypsink/plugin';
 import { backoffMs, ladderStep, linkSignals, parkedWait, parseRetryAfter } from './backoff.js';
+import { checkReceiver } from './check.js';
 import type { ForwardConfig } from './config.js';
 import { ForwardError } from './errors.js';
 import { buildRequest } from './request-builder.js';
@@ -198,6 +200,16 @@ export class ForwardShipper implements UnitShipper {
     this.closer.abort();
     this.service.close();
     for (const f of this.onClose.splice(0)) f();
+  }
+
+  /** The connection check: the receiver's health, then the token, by two GETs; nothing stored. @ref LLP 0036 */
+  async check(opts: ConnectionCheckOptions): Promise<string> {
+    const link = linkSignals(opts.signal, this.closer.signal);
+    try {
+      return await checkReceiver(this.service, this.cfg, this.ctx.sink, link.signal);
+    } finally {
+      link.dispose();
+    }
   }
 
   /** A drain began: end parked waits now and start no further unit; a POST already on the wire may finish (close() aborts it). Idempotent. */

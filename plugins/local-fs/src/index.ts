@@ -18,6 +18,7 @@ import { promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
 import { type BlobBody, type BlobDestination, HypsinkError, isHypsinkError, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from 'hypsink/plugin';
+import { checkFolder } from './check.js';
 import { type Digest, digestBody, digestFile, readRecord, recordPath, sweepTemps, tempName, writeNew, writeRecord } from './files.js';
 import { checkRoot, ensureFolders, fsyncDir, kindOf, linkTarget, lstatOrNull, treeError } from './tree.js';
 
@@ -159,6 +160,11 @@ class LocalFsDestination implements BlobDestination {
   }
 
   async close(): Promise<void> {}
+
+  /** The connection check: the root is (or can be made) a folder this user may write; nothing made. @ref LLP 0036 */
+  check(): Promise<string> {
+    return checkFolder(this.sink, this.root, this.followRootLinks, TMP);
+  }
 }
 
 export default function activate(ctx: PluginContext): void {

@@ -131,24 +131,33 @@ export async function checkRoot(sink: string, root: string, followLinks: boolean
       }
       st = await fsp.lstat(cur);
     }
-    if (st.isSymbolicLink()) {
-      if (!followLinks) {
-        // The real path of the dir: the link resolved, the rest of the path as configured (it may not exist yet).
-        const real = await fsp.realpath(cur).then(
-          (r) => join(r, relative(cur, root)),
-          () => null,
-        );
-        throw treeError(
-          sink,
-          `config.dir ${root}: ${cur} is a symbolic link${await linkTarget(cur)}; local-fs does not follow links in its root's path unless told to. ` +
-            (real ? `Set config.dir to the real path (${real}), ` : 'Set config.dir to a real path, ') +
-            'or set "followRootLinks": true in this sink\'s config if the link is yours and stays',
-        );
-      }
-      st = await fsp.stat(cur).catch(() => st!);
+    await checkRootLevel(sink, root, cur, st, followLinks);
+  }
+}
+
+/**
+ * One existing component `cur` of the root's path: a folder, or a link to one
+ * with `followLinks`; else the refusal naming it (export and connection check alike).
+ */
+export async function checkRootLevel(sink: string, root: string, cur: string, found: Stats, followLinks: boolean): Promise<void> {
+  let st = found;
+  if (st.isSymbolicLink()) {
+    if (!followLinks) {
+      // The real path of the dir: the link resolved, the rest of the path as configured (it may not exist yet).
+      const real = await fsp.realpath(cur).then(
+        (r) => join(r, relative(cur, root)),
+        () => null,
+      );
+      throw treeError(
+        sink,
+        `config.dir ${root}: ${cur} is a symbolic link${await linkTarget(cur)}; local-fs does not follow links in its root's path unless told to. ` +
+          (real ? `Set config.dir to the real path (${real}), ` : 'Set config.dir to a real path, ') +
+          'or set "followRootLinks": true in this sink\'s config if the link is yours and stays',
+      );
     }
-    if (!st.isDirectory()) {
-      throw treeError(sink, `config.dir ${root}: ${cur} is ${kindOf(st)}${st.isSymbolicLink() ? await linkTarget(cur) : ''}, not a folder: fix config.dir or move it aside`);
-    }
+    st = await fsp.stat(cur).catch(() => st);
+  }
+  if (!st.isDirectory()) {
+    throw treeError(sink, `config.dir ${root}: ${cur} is ${kindOf(st)}${st.isSymbolicLink() ? await linkTarget(cur) : ''}, not a folder: fix config.dir or move it aside`);
   }
 }

@@ -14,8 +14,9 @@ import {
   S3Client,
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
-import type { BlobBody, BlobDestination, Logger, PutResult } from 'hypsink/plugin';
+import type { BlobBody, BlobDestination, ConnectionCheckOptions, Logger, PutResult } from 'hypsink/plugin';
 import { HypsinkError } from 'hypsink/plugin';
+import { checkBucket } from './check.js';
 import { S3_MAX_PARTS, S3_MIN_PART_SIZE, type S3Config } from './config.js';
 import { classify, isNoSuchUpload, isNotFound, isPreconditionFailed, redact } from './errors.js';
 import { PartReader } from './parts.js';
@@ -127,6 +128,12 @@ export class S3Destination implements BlobDestination {
   async close(): Promise<void> {
     this.closed = true;
     this.client.destroy();
+  }
+
+  /** The connection check: the bucket exists, the credentials may write; nothing made. @ref LLP 0036 */
+  check(opts: ConnectionCheckOptions): Promise<string> {
+    if (this.closed) return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": s3 destination used after close()`));
+    return checkBucket(this.client, this.cfg, this.sink, opts.signal);
   }
 
   /** The producer's errors pass through unchanged; only an abort is turned into ABORTED. */
