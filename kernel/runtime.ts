@@ -26,6 +26,7 @@ import { type ConnectionCheck, checkConnection } from './sinks/connect.js';
 import { SinkDriver, type PartitionReport, type TickReport } from './sinks/driver.js';
 import { prunedForAll, type SinkRuntime } from './sinks/exporter.js';
 import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
+import { type SinkVerify, type VerifyReport, verifySink } from './sinks/verify.js';
 import { renameStateNamesV1 } from './store/segments-v1.js';
 
 export interface RuntimeOptions {
@@ -205,6 +206,25 @@ export class Hypsink {
   async checkConnections(opts: { timeoutMs?: number } = {}): Promise<ConnectionCheck[]> {
     const names = await this.validate();
     return Promise.all(names.map((n) => checkConnection(this.built.get(n)!, this.signal, opts.timeoutMs)));
+  }
+
+  /**
+   * Read back what each sink's destination holds (or the named sink's) and
+   * check it against its watermarks and the cache: per partition a chain of
+   * units from the first to the watermark, no hole, no overlap, each unit's
+   * row count the cache's where the cache still holds its rows, nothing beyond
+   * the watermark but an open intent's. Each sink is read holding its export
+   * lock, so no export moves its watermarks meanwhile. Writes nothing.
+   * @ref LLP 0037
+   */
+  async verify(name?: string): Promise<VerifyReport> {
+    const names = name === undefined ? [...this.sinks.keys()] : [this.entry(name).name];
+    const sinks: SinkVerify[] = [];
+    for (const n of names) {
+      const s = await this.sink(n);
+      sinks.push(await this.driver.quiesce([s.state], () => verifySink(this.cache, s, this.signal), 'verify'));
+    }
+    return { ok: sinks.every((s) => s.findings.length === 0), sinks };
   }
 
   /**

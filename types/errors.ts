@@ -17,6 +17,10 @@ export const ERROR_CODES = {
   HYPSINK_ERR_AUTH: { exit: 1, hint: 'Check the credentials or token of the named sink.' },
   HYPSINK_ERR_INVARIANT: { exit: 1, hint: 'An internal invariant broke; this is a bug: keep the state dir and report it.' },
   HYPSINK_ERR_ABORTED: { exit: 1, hint: 'Shutdown interrupted the work; it resumes on the next run.' },
+  HYPSINK_ERR_VERIFY: {
+    exit: 1,
+    hint: 'Each finding names the object: a hole or another row count means the destination lost or changed rows (restore that object from a backup); an overlap or a unit beyond the watermark is an object too many (move it aside). Then run verify again.',
+  },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -95,6 +95,44 @@ export interface UnitShipper {
    * unchecked. @ref LLP 0036
    */
   check?(opts: ConnectionCheckOptions): Promise<string>;
+  /**
+   * Read back what the destination holds of `partition`: every unit this sink
+   * instance shipped there, in any order (`hypsink verify` checks the chain
+   * against the watermark and the cache). Units of other writers at the same
+   * place are left out. Without it, the sink cannot be verified. A blob sink
+   * gets it from its destination's `list` (the kernel parses the keys).
+   * @ref LLP 0037
+   */
+  inventory?(partition: PartitionRef, opts: { signal: AbortSignal }): AsyncIterable<HeldUnit>;
+}
+
+/** A unit a destination holds, as its reader sees it (`UnitShipper.inventory`). @ref LLP 0037 */
+export interface HeldUnit {
+  /** Its identity at the destination, as `unitId` made it: the blob key, the batch id. */
+  readonly id: string;
+  /** Exclusive lower bound, a decimal seq; null for a partition's first unit ("0" reads the same there). */
+  readonly since: string | null;
+  /** Inclusive upper bound, a decimal seq. */
+  readonly until: string;
+  /** The rows it holds, when the reader knows them without reading the unit (a ledger entry). */
+  readonly rows?: number;
+  /** The rows it holds, read on demand (a blob's footer): asked only where the cache can compare. */
+  countRows?(): Promise<number>;
+  /** Where it is, for messages (a path, an s3:// URL), without secrets. */
+  readonly where?: string;
+}
+
+/** A stored blob as a listing shows it: its key (as given to `putIfAbsent`) and size. @ref LLP 0037 */
+export interface ListedBlob {
+  readonly key: string;
+  readonly bytes: number;
+}
+
+/** One stored blob for an encoder to read back: its size and bytes at any offset. @ref LLP 0037 */
+export interface StoredBlob {
+  readonly bytes: number;
+  /** Bytes `[offset, offset + length)`; fewer only past the end. */
+  read(offset: number, length: number): Promise<Uint8Array>;
 }
 
 /** What a connection check gets. */
@@ -135,6 +173,15 @@ export interface BlobDestination {
    * an encoder needs none. @ref LLP 0036
    */
   check?(opts: ConnectionCheckOptions): Promise<string>;
+  /**
+   * Every committed blob whose key starts with `prefix` (keys as given to
+   * `putIfAbsent`, the destination's own root or prefix left off), in any
+   * order; never a partial upload, a temp file or anything reached through a
+   * link. With `read`, it makes the sink verifiable. @ref LLP 0037
+   */
+  list?(prefix: string, opts: { signal: AbortSignal }): AsyncIterable<ListedBlob>;
+  /** Bytes `[offset, offset + length)` of a committed blob (fewer only past its end). @ref LLP 0037 */
+  read?(key: string, range: { offset: number; length: number }, opts: { signal: AbortSignal }): Promise<Uint8Array>;
 }
 
 /** Turns a unit's rows into bytes. Streams: a large unit never sits in memory whole. */
@@ -142,6 +189,13 @@ export interface Encoder {
   readonly extension: string;
   readonly contentType: string;
   encode(unit: Unit): BlobBody;
+  /**
+   * The rows a blob this encoder wrote holds, read back for `hypsink verify`
+   * with as few bytes as the format allows (a Parquet footer). Throws when the
+   * bytes are not such a blob. Without it, a blob's count is not checked.
+   * @ref LLP 0037
+   */
+  countRows?(blob: StoredBlob): Promise<number>;
 }
 
 /** What a plugin's factory gets when a sink is built from config. */

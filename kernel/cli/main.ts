@@ -300,6 +300,21 @@ export function buildProgram(io: Out = stdio): Command {
     });
 
   program
+    .command('verify')
+    .description("read back what each sink's destination holds and check it against the watermarks and the cache; exit 1 on any finding")
+    .option('--sink <name>', 'only this sink')
+    .option('--json', 'print the report as JSON')
+    .option('--config <file>', 'config file')
+    .action(async (o: { sink?: string; json?: boolean }, cmd: Command) => {
+      await withKernel(cmd, async (k) => {
+        const r = await k.verify(o.sink);
+        const { verifyFailed, verifyText } = await import('../sinks/verify.js');
+        io.out(o.json ? JSON.stringify(r) : verifyText(r));
+        if (!r.ok) throw verifyFailed(r);
+      });
+    });
+
+  program
     .command('status')
     .description('per sink × partition: watermark, pending, exported, intent, gaps, last error')
     .option('--json', 'print as JSON')

@@ -80,13 +80,13 @@ export class SinkDriver {
    * and no unit's planned rows change under it.
    * @ref LLP 0006: ack-coupled retention and gaps
    */
-  async quiesce<T>(states: readonly SinkState[], fn: () => Promise<T>): Promise<T> {
+  async quiesce<T>(states: readonly SinkState[], fn: () => Promise<T>, op = 'retention'): Promise<T> {
     const sorted = [...states].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     const hold = async (i: number): Promise<T> => {
       const state = sorted[i];
       if (!state) return fn();
       await fsp.mkdir(state.dir, { recursive: true });
-      return this.ticks.run(state.dir, () => this.lock(state).with('retention', () => hold(i + 1)));
+      return this.ticks.run(state.dir, () => this.lock(state).with(op, () => hold(i + 1)));
     };
     return hold(0);
   }

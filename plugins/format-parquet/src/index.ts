@@ -7,7 +7,7 @@ import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import { parseSinkConfig, type PluginContext } from 'hypsink/plugin';
-import type { BlobBody, Encoder, Unit } from 'hypsink/plugin';
+import type { BlobBody, Encoder, StoredBlob, Unit } from 'hypsink/plugin';
 
 const configSchema = z.object({
   compression: z.enum(['zstd', 'snappy', 'gzip', 'uncompressed']).default('zstd'),
@@ -57,6 +57,53 @@ async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: nu
   if (sourceError) throw sourceError.error;
 }
 
+/**
+ * A blob's rows from its footer's num_rows, through parquet-wasm's metadata
+ * reader over ranged reads: only the footer (and the page index before it) is
+ * read. A failed read reaches the wasm reader as no bytes (a rejection there
+ * would trap) and is thrown as it was. @ref LLP 0037
+ */
+async function countRows(blob: StoredBlob): Promise<number> {
+  if (blob.bytes < 12) throw new Error(`${blob.bytes} bytes is too short for a Parquet file`);
+  let readError: { error: unknown } | undefined;
+  const part = (start: number, end: number): Blob =>
+    new Proxy(new Blob([]), {
+      get(target, prop) {
+        if (prop === 'size') return end - start;
+        if (prop === 'slice') return (a = 0, b = end - start) => part(start + a, start + Math.min(b, end - start));
+        if (prop === 'arrayBuffer') {
+          return async () => {
+            try {
+              const u = await blob.read(start, end - start);
+              return u.buffer.slice(u.byteOffset, u.byteOffset + u.byteLength);
+            } catch (e) {
+              readError ??= { error: e };
+              return new ArrayBuffer(0);
+            }
+          };
+        }
+        const v = Reflect.get(target, prop);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+  let file: pw.ParquetFile;
+  try {
+    file = await pw.ParquetFile.fromFile(part(0, blob.bytes));
+  } catch (e) {
+    if (readError) throw readError.error;
+    throw new Error(`not a readable Parquet file (${String(e).replace(/^Error: /, '')})`);
+  }
+  const md = file.metadata();
+  const fm = md.fileMetadata();
+  try {
+    return fm.numRows();
+  } finally {
+    fm.free();
+    md.free();
+    file.free();
+  }
+}
+
 export default function activate(ctx: PluginContext): void {
   ctx.registerEncoder({
     name: ctx.manifest.name,
@@ -67,6 +114,7 @@ export default function activate(ctx: PluginContext): void {
         extension: 'parquet',
         contentType: 'application/vnd.apache.parquet',
         encode: (unit) => encode(unit, CODECS[compression], rowGroupRows),
+        countRows,
       };
     },
   });

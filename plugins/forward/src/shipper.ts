@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import type {
   ConnectionCheckOptions,
   Continuation,
+  HeldUnit,
   PartitionRef,
   ShipResult,
   SinkBuildContext,
@@ -20,6 +21,7 @@ import { backoffMs, ladderStep, linkSignals, parkedWait, parseRetryAfter } from 
 import { checkReceiver } from './check.js';
 import type { ForwardConfig } from './config.js';
 import { ForwardError } from './errors.js';
+import { ledgerUnits } from './ledger.js';
 import { buildRequest } from './request-builder.js';
 import { ForwardService } from './service.js';
 
@@ -240,6 +242,11 @@ export class ForwardShipper implements UnitShipper {
       `sink "${this.ctx.sink}": stopped before batch ${unit.id} was confirmed; it is re-sent under the same id on the next run`,
       { batchId: unit.id },
     );
+  }
+
+  /** This sink's batches of `partition` the receiver's ledger holds (GET /v1/ledger). @ref LLP 0037, LLP 0038 */
+  inventory(partition: PartitionRef, opts: { signal: AbortSignal }): AsyncIterable<HeldUnit> {
+    return ledgerUnits(this.cfg, this.ctx, partition, (since, until) => this.unitId(partition, since, until), opts.signal);
   }
 
   /** A receiver could echo anything back; the token never leaves in a message. */

@@ -17,9 +17,10 @@
 import { promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
-import { type BlobBody, type BlobDestination, HypsinkError, isHypsinkError, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from 'hypsink/plugin';
+import { type BlobBody, type BlobDestination, HypsinkError, isHypsinkError, type ListedBlob, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from 'hypsink/plugin';
 import { checkFolder } from './check.js';
 import { type Digest, digestBody, digestFile, readRecord, recordPath, sweepTemps, tempName, writeNew, writeRecord } from './files.js';
+import { listBlobs, readRange } from './readback.js';
 import { checkRoot, ensureFolders, fsyncDir, kindOf, linkTarget, lstatOrNull, treeError } from './tree.js';
 
 const configSchema = z
@@ -164,6 +165,37 @@ class LocalFsDestination implements BlobDestination {
   /** The connection check: the root is (or can be made) a folder this user may write; nothing made. @ref LLP 0036 */
   check(): Promise<string> {
     return checkFolder(this.sink, this.root, this.followRootLinks, TMP);
+  }
+
+  /** Committed blobs under `prefix`, by lstat alone, the temp dir left out (readback.ts). @ref LLP 0037 */
+  async *list(prefix: string, opts: { signal: AbortSignal }): AsyncIterable<ListedBlob> {
+    try {
+      // Read-only: a root not there holds nothing (checkRoot would make it).
+      const st = await lstatOrNull(this.root);
+      if (st === null) return;
+      if (st.isSymbolicLink() && !this.followRootLinks) {
+        throw treeError(this.sink, `config.dir ${this.root} is a symbolic link${await linkTarget(this.root)}; set config.dir to the real path, or "followRootLinks": true if the link is yours`);
+      }
+      yield* listBlobs(this.sink, this.root, prefix, TMP, opts.signal);
+    } catch (e) {
+      throw isHypsinkError(e) ? e : this.readError(e, join(this.root, prefix));
+    }
+  }
+
+  /** A byte range of a committed blob, opened without following a link. @ref LLP 0037 */
+  async read(key: string, range: { offset: number; length: number }): Promise<Uint8Array> {
+    const path = this.target(key);
+    try {
+      return await readRange(path, range.offset, range.length);
+    } catch (e) {
+      throw this.readError(e, path);
+    }
+  }
+
+  private readError(e: unknown, path: string): HypsinkError {
+    const code = (e as NodeJS.ErrnoException).code;
+    const retryable = code === 'EIO' || code === 'EAGAIN' || code === 'EBUSY';
+    return new HypsinkError(retryable ? 'HYPSINK_ERR_RETRYABLE' : 'HYPSINK_ERR_DESTINATION', `sink "${this.sink}": cannot read ${path} (${code ?? (e as Error).message})`, { cause: e, retryable });
   }
 }
 

@@ -8,13 +8,15 @@ import {
   type CompletedPart,
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
+  GetObjectCommand,
   HeadObjectCommand,
   ListMultipartUploadsCommand,
+  ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
-import type { BlobBody, BlobDestination, ConnectionCheckOptions, Logger, PutResult } from 'hypsink/plugin';
+import type { BlobBody, BlobDestination, ConnectionCheckOptions, ListedBlob, Logger, PutResult } from 'hypsink/plugin';
 import { HypsinkError } from 'hypsink/plugin';
 import { checkBucket } from './check.js';
 import { S3_MAX_PARTS, S3_MIN_PART_SIZE, type S3Config } from './config.js';
@@ -395,5 +397,45 @@ export class S3Destination implements BlobDestination {
       this.log.info({ sink: this.sink, location: scope.where }, 's3: aborting a pending upload left by an earlier attempt');
       await this.abortUpload(objectKey, u.UploadId, scope);
     }
+  }
+
+  /**
+   * Committed objects under `prefix` (ListObjectsV2 under the sink's own
+   * prefix, page by page), keys as the kernel gave them. Multipart uploads not
+   * completed are never listed by S3. @ref LLP 0037
+   */
+  async *list(prefix: string, opts: { signal: AbortSignal }): AsyncIterable<ListedBlob> {
+    const root = this.cfg.prefix ? `${this.cfg.prefix}/` : '';
+    const scope = this.readScope(`s3://${this.cfg.bucket}/${root}${prefix}`, opts.signal);
+    let token: string | undefined;
+    do {
+      const page = await withRetry('ListObjectsV2', scope, () =>
+        this.client.send(new ListObjectsV2Command({ Bucket: this.cfg.bucket, Prefix: `${root}${prefix}`, ContinuationToken: token }), { abortSignal: opts.signal }),
+      );
+      for (const o of page.Contents ?? []) {
+        if (!o.Key?.startsWith(root) || o.Key.endsWith('/')) continue;
+        yield { key: o.Key.slice(root.length), bytes: o.Size ?? 0 };
+      }
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
+  }
+
+  /** A byte range of an object (a ranged GetObject; a store that ignores Range is cut to it here). @ref LLP 0037 */
+  async read(key: string, range: { offset: number; length: number }, opts: { signal: AbortSignal }): Promise<Uint8Array> {
+    if (range.length <= 0) return new Uint8Array(0);
+    const objectKey = this.objectKey(key);
+    const scope = this.readScope(`s3://${this.cfg.bucket}/${objectKey}`, opts.signal);
+    const r = await withRetry('GetObject', scope, async () => {
+      const out = await this.client.send(
+        new GetObjectCommand({ Bucket: this.cfg.bucket, Key: objectKey, Range: `bytes=${range.offset}-${range.offset + range.length - 1}` }),
+        { abortSignal: opts.signal },
+      );
+      return { body: (await out.Body?.transformToByteArray()) ?? new Uint8Array(0), ranged: out.ContentRange !== undefined };
+    });
+    return r.ranged ? r.body : r.body.subarray(range.offset, range.offset + range.length);
+  }
+
+  private readScope(where: string, signal: AbortSignal): RetryScope {
+    return { sink: this.sink, bucket: this.cfg.bucket, where, budget: this.cfg.retry, signal, log: this.log };
   }
 }
