@@ -6,8 +6,25 @@
  * holding `"` or `\` is escaped and would no longer match.
  * @ref LLP 0031
  */
+import { createRequire } from 'node:module';
+import { isatty } from 'node:tty';
 import pino, { type Logger as Pino } from 'pino';
 import type { Logger } from '../types/plugins.js';
+import { colourful } from './cli/colour.js';
+
+/**
+ * How log lines look: `json` (pino's lines), `pretty` (pino-pretty, for a
+ * person), `auto` (pretty when the lines go to a terminal). The CLI sets it
+ * from `--log-format` (default auto); a host embedding hypsink keeps JSON.
+ * @ref LLP 0035
+ */
+export type LogFormat = 'auto' | 'json' | 'pretty';
+export const LOG_FORMATS: readonly LogFormat[] = ['auto', 'json', 'pretty'];
+let logFormat: LogFormat = 'json';
+
+export function setLogFormat(format: LogFormat): void {
+  logFormat = format;
+}
 
 const secrets = new Set<string>();
 
@@ -71,8 +88,28 @@ export function createLogger(level = process.env.HYPSINK_LOG_LEVEL ?? 'info', de
         },
       },
     },
-    typeof dest === 'number' ? pino.destination({ fd: dest, sync: true }) : dest,
+    typeof dest === 'number' ? fdDestination(dest) : dest,
   );
+}
+
+/**
+ * A file descriptor's stream: pino's JSON lines, or pino-pretty's text. Pretty
+ * is a synchronous stream in this thread, not a worker transport: a line is
+ * written before the next statement runs (and before an exit), as the JSON
+ * lines are. It formats the JSON pino made, so redaction and masking above
+ * hold for it too. Loaded only when used.
+ */
+function fdDestination(fd: number): pino.DestinationStream {
+  const pretty = logFormat === 'pretty' || (logFormat === 'auto' && isatty(fd));
+  if (!pretty) return pino.destination({ fd, sync: true });
+  const pinoPretty = createRequire(import.meta.url)('pino-pretty') as typeof import('pino-pretty');
+  return pinoPretty({
+    sync: true,
+    destination: fd,
+    colorize: colourful({ isTTY: isatty(fd) }),
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname',
+  });
 }
 
 export function child(log: Pino, bindings: Record<string, unknown>): Logger {

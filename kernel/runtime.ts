@@ -249,11 +249,27 @@ export class Hypsink {
     return r;
   }
 
-  /** One tick of the named sink, or of every sink. */
-  async export(name?: string, opts: { respectBackoff?: boolean; onPartition?: (r: PartitionReport) => void } = {}): Promise<TickReport[]> {
+  /**
+   * One tick of the named sink, or of every sink. `onPending` hears, as each
+   * sink's tick begins, the rows it has pending; `onUnit` each unit's rows as
+   * its destination acknowledges it (for a progress bar).
+   */
+  async export(
+    name?: string,
+    opts: {
+      respectBackoff?: boolean;
+      onPartition?: (r: PartitionReport) => void;
+      onPending?: (sink: string, rows: number) => void;
+      onUnit?: (sink: string, rows: number) => void;
+    } = {},
+  ): Promise<TickReport[]> {
     const targets = name ? [await this.sink(name)] : await Promise.all([...this.sinks.keys()].map((n) => this.sink(n)));
     const out: TickReport[] = [];
-    for (const s of targets) out.push(await this.driver.tick(s, opts.respectBackoff ?? false, opts.onPartition));
+    for (const s of targets) {
+      const { onPending, onUnit } = opts;
+      const progress = { onPending: onPending && ((rows: number) => onPending(s.name, rows)), onUnit: onUnit && ((rows: number) => onUnit(s.name, rows)) };
+      out.push(await this.driver.tick(s, opts.respectBackoff ?? false, opts.onPartition, progress));
+    }
     return out;
   }
 

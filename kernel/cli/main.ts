@@ -5,8 +5,7 @@
 import { promises as fsp } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Readable } from 'node:stream';
-import type { SingleBar } from 'cli-progress';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/flags.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { Hypsink } from '../runtime.js';
@@ -16,6 +15,7 @@ import type { Hypsink } from '../runtime.js';
 const api = () => import('../api.js');
 const logs = () => import('../log.js');
 const render = () => import('./render.js');
+const progress = () => import('./progress.js');
 
 interface Out {
   out(s: string): void;
@@ -54,24 +54,22 @@ async function withKernel<T>(cmd: Command, fn: (k: Hypsink) => Promise<T>): Prom
   }
 }
 
-/** An input file, opened before reading so a missing or unreadable one is bad input (exit 2), not a crash. */
-async function openInput(file: string): Promise<Readable> {
+/**
+ * An input file, opened before reading so a missing or unreadable one is bad
+ * input (exit 2), not a crash; with its size when it is a regular file.
+ */
+async function openInput(file: string): Promise<{ input: Readable; size: number | null }> {
   try {
     const fh = await fsp.open(file, 'r');
-    if ((await fh.stat()).isDirectory()) {
+    const st = await fh.stat();
+    if (st.isDirectory()) {
       await fh.close();
       throw Object.assign(new Error('is a folder'), { code: 'EISDIR' });
     }
-    return fh.createReadStream();
+    return { input: fh.createReadStream(), size: st.isFile() ? st.size : null };
   } catch (e) {
     throw new HypsinkError('HYPSINK_ERR_INPUT', `cannot read input file ${resolve(file)} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   }
-}
-
-async function progressBar(label: string): Promise<SingleBar | null> {
-  if (!process.stderr.isTTY) return null;
-  const { SingleBar } = await import('cli-progress');
-  return new SingleBar({ format: `${label} {bar} {value}/{total}`, stream: process.stderr, hideCursor: true });
 }
 
 export function buildProgram(io: Out = stdio): Command {
@@ -80,6 +78,9 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--config <file>', 'config file (default: hypsink.config.json here, else the embedded default)')
     .showHelpAfterError()
     .exitOverride();
+  // Logs for a person at a terminal, JSON lines otherwise (LLP 0035).
+  program.addOption(new Option('--log-format <format>', 'log lines: pretty at a terminal, JSON otherwise (auto), or always json or pretty').choices(['auto', 'json', 'pretty']).default('auto'));
+  program.hook('preAction', async (_p, cmd) => (await logs()).setLogFormat(cmd.optsWithGlobals<{ logFormat: 'auto' | 'json' | 'pretty' }>().logFormat));
 
   program
     .command('init')
@@ -105,19 +106,15 @@ export function buildProgram(io: Out = stdio): Command {
       await withKernel(cmd, async (k) => {
         const { IngestError, ingestNdjson, rejectedError } = await import('../ingest/ingest.js');
         k.cache.schema(dataset); // an unknown dataset fails before any input is opened
-        const input = o.file === '-' ? process.stdin : await openInput(o.file);
+        const { input, size } = o.file === '-' ? { input: process.stdin, size: null } : await openInput(o.file);
         const label = o.file === '-' ? '<stdin>' : resolve(o.file);
-        // On a TTY: lines read so far (the input's length is not known ahead, stdin included).
-        const bar = o.json ? null : await progressBar('ingest (lines)');
-        bar?.start(1, 0);
+        // On a TTY: bytes read of the file's size, or rows from stdin (LLP 0035).
+        const bar = o.json ? null : await (await progress()).ingestBar(size);
         let r: Awaited<ReturnType<typeof ingestNdjson>>;
         try {
           r = await ingestNdjson(k, dataset, o.source, input, label, {
             batchId: o.batchId,
-            onProgress: (lines) => {
-              bar?.setTotal(Math.max(1, lines));
-              bar?.update(lines);
-            },
+            onRead: bar?.onRead,
           });
         } catch (e) {
           // Exit 0 says every valid row is durable: spooled whole, it commits with the next flush.
@@ -157,16 +154,14 @@ export function buildProgram(io: Out = stdio): Command {
     .action(async (o: { sink?: string; json?: boolean }, cmd: Command) => {
       await withKernel(cmd, async (k) => {
         await k.flush();
-        const bar = o.json ? null : await progressBar('export');
-        let done = 0;
-        bar?.start(1, 0);
-        const reports = await k.export(o.sink, {
-          onPartition: () => {
-            bar?.setTotal(Math.max(1, ++done));
-            bar?.update(done);
-          },
-        });
-        bar?.stop();
+        // On a TTY: per sink, rows exported of its rows pending (LLP 0035).
+        const bars = o.json ? null : await (await progress()).exportBars();
+        let reports: Awaited<ReturnType<Hypsink['export']>>;
+        try {
+          reports = await k.export(o.sink, { onPending: bars?.onPending, onUnit: bars?.onUnit });
+        } finally {
+          bars?.stop();
+        }
         if (o.json) {
           io.out(
             JSON.stringify({

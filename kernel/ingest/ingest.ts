@@ -57,8 +57,21 @@ export interface IngestOptions {
   readonly batchId?: string;
   /** Called with the lines read so far, every PROGRESS_LINES and at the end. */
   readonly onProgress?: (lines: number) => void;
+  /**
+   * Called as each block of lines (≈ 1 MiB) is taken: how far into the input
+   * this try is, for a progress bar. Once a block, never per row. @ref LLP 0035
+   */
+  readonly onRead?: (p: IngestProgress) => void;
   /** Parse in the parse worker once this many bytes were read (default 4 MiB); Infinity: never. */
   readonly parseWorkerAfterBytes?: number;
+}
+
+/** How far an ingest has come. */
+export interface IngestProgress {
+  /** Bytes of the input behind us: taken (parsed, appended or rejected), or skipped as durable from an earlier try. */
+  readonly bytes: number;
+  /** Rows this try accepted so far. */
+  readonly rows: number;
 }
 
 /**
@@ -110,7 +123,7 @@ export async function ingestNdjson(
       }
       // Committed or spooled whole before: the same input, acknowledged again, nothing added.
       const want = found.kind === 'committed' ? found.record : found.mark;
-      await checkSame(input, source, want.lines, want.hash, batchId, label);
+      await checkSame(input, source, want.lines, want.hash, batchId, label, opts.onRead);
       Object.assign(result, { accepted: want.accepted ?? 0, rejected: want.rejected ?? 0, duplicate: true });
       if (found.kind === 'spooled') await flush(k, spool, true);
     });
@@ -196,12 +209,12 @@ async function ingestRest(
   // One frame per block: a block's rows are durable together, under one mark.
   const parsing = new BlockParsing(k.parsers, { schema, source, maxRowBytes, frameRows: Number.MAX_SAFE_INTEGER }, k.log);
   // Blocks in input order, parsed there or here; their outputs are taken in the same order.
-  const queue: { out: Promise<ParseOutput>; hash: string }[] = [];
+  const queue: { out: Promise<ParseOutput>; hash: string; bytes: number }[] = [];
   const dispatch = async (block: LineBlock) => {
     const out = parsing.parse(block);
     out.catch(() => undefined); // taken in order below
     hash.update(block.bytes);
-    queue.push({ out, hash: hash.copy().digest('hex') });
+    queue.push({ out, hash: hash.copy().digest('hex'), bytes: block.bytes.byteLength });
     while (queue.length > QUEUED) await takeNext();
   };
   const takeNext = async () => {
@@ -210,12 +223,19 @@ async function ingestRest(
     // Totals of the whole batch so far, earlier tries included: what its record will say.
     const totals = { accepted: (from?.accepted ?? 0) + result.accepted + out.frames.reduce((n, f) => n + f.rows, 0), rejected: (from?.rejected ?? 0) + result.rejected + out.rejects.length };
     await take(out, { id: batchId, lines: out.lines, hash: q.hash, ...totals });
+    behind += q.bytes;
+    opts.onRead?.({ bytes: behind, rows: result.accepted });
   };
 
   const blocks = new LineBlocks(BLOCK_BYTES, lines);
   let read = 0;
+  /** Input bytes behind us: skipped as durable, then taken block by block. */
+  let behind = 0;
   try {
-    const chunks = from ? skipDurable(byteChunks(input), from, hash, batchId, label) : byteChunks(input);
+    const skipped = (n: number) => {
+      behind += n;
+    };
+    const chunks = from ? skipDurable(byteChunks(input), from, hash, batchId, label, skipped) : byteChunks(input);
     result.resumedAfterLine = from?.lines ?? 0;
     // A worker already running (a previous ingest's, not yet idle) parses from the first block.
     if (workerAfter <= 0 || (workerAfter < Number.POSITIVE_INFINITY && k.parsers.running)) await parsing.startWorker();
@@ -258,7 +278,14 @@ async function flush(k: Hypsink, spool: SpoolRef, sealCurrent: boolean): Promise
  * The input less its first `from.lines` lines, which an earlier try made
  * durable: their bytes are hashed and must be what that try read.
  */
-async function* skipDurable(chunks: AsyncIterable<Uint8Array>, from: BatchMark, hash: Hash, batchId: string, label: string): AsyncIterable<Uint8Array> {
+async function* skipDurable(
+  chunks: AsyncIterable<Uint8Array>,
+  from: BatchMark,
+  hash: Hash,
+  batchId: string,
+  label: string,
+  skipped: (bytes: number) => void,
+): AsyncIterable<Uint8Array> {
   let left = from.lines;
   const check = () => {
     if (hash.copy().digest('hex') !== from.hash) throw changedInput(batchId, label, from.lines);
@@ -276,7 +303,9 @@ async function* skipDurable(chunks: AsyncIterable<Uint8Array>, from: BatchMark, 
       at = nl + 1;
       left--;
     }
-    hash.update(left > 0 ? chunk : chunk.subarray(0, at));
+    const durable = left > 0 ? chunk : chunk.subarray(0, at);
+    hash.update(durable);
+    skipped(durable.byteLength);
     if (left > 0) continue;
     check();
     if (at < chunk.length) yield chunk.subarray(at);
@@ -292,9 +321,27 @@ function inputHash(source: string): Hash {
 }
 
 /** Hash the whole input: a retry of a batch acknowledged whole must carry the same lines. */
-async function checkSame(input: Readable, source: string, lines: number, want: string, batchId: string, label: string): Promise<void> {
+async function checkSame(
+  input: Readable,
+  source: string,
+  lines: number,
+  want: string,
+  batchId: string,
+  label: string,
+  onRead?: (p: IngestProgress) => void,
+): Promise<void> {
   const hash = inputHash(source);
-  for await (const chunk of byteChunks(input)) hash.update(chunk);
+  let bytes = 0;
+  let told = 0;
+  for await (const chunk of byteChunks(input)) {
+    hash.update(chunk);
+    bytes += chunk.byteLength;
+    if (bytes - told >= BLOCK_BYTES) {
+      told = bytes;
+      onRead?.({ bytes, rows: 0 });
+    }
+  }
+  onRead?.({ bytes, rows: 0 });
   if (hash.digest('hex') !== want) throw changedInput(batchId, label, lines);
 }
 

@@ -42,6 +42,16 @@ export interface TickReport {
   readonly failed: number;
 }
 
+/**
+ * What a progress bar follows during a tick: the rows pending when it began
+ * (counted only when asked), then each unit's rows as its destination
+ * acknowledges it. @ref LLP 0035
+ */
+export interface TickProgress {
+  readonly onPending?: (rows: number) => void;
+  readonly onUnit?: (rows: number) => void;
+}
+
 const zero = (): PartitionOutcome => ({ rows: 0, bytes: 0, units: 0, gapRows: 0, waiting: false });
 
 function asHypsinkError(e: unknown, sink: string): HypsinkError {
@@ -95,7 +105,7 @@ export class SinkDriver {
    * One tick. `respectBackoff` false (the `export` command) retries outbox
    * partitions now; the daemon leaves them until their backoff has passed.
    */
-  async tick(sink: SinkRuntime, respectBackoff: boolean, onPartition?: (r: PartitionReport) => void): Promise<TickReport> {
+  async tick(sink: SinkRuntime, respectBackoff: boolean, onPartition?: (r: PartitionReport) => void, progress: TickProgress = {}): Promise<TickReport> {
     await fsp.mkdir(sink.state.dir, { recursive: true });
     // The cross-process lock is shared within a process, so ticks of one sink in this
     // process (the daemon's first tick and a cron fire) are kept apart here.
@@ -111,11 +121,12 @@ export class SinkDriver {
       } catch (e) {
         refused = e;
       }
+      if (progress.onPending) progress.onPending(await this.pendingRows(sink, partitions));
       const limit = pLimit(this.opts.concurrency);
       const lock = this.lock(sink.state);
       const held = (what: string) => lock.assertHeld(what);
       const reports = await Promise.all(
-        partitions.map((p) => limit(() => (refused === undefined ? this.one(sink, p, respectBackoff, held) : this.refuse(sink, p, refused)))),
+        partitions.map((p) => limit(() => (refused === undefined ? this.one(sink, p, respectBackoff, held, progress.onUnit) : this.refuse(sink, p, refused)))),
       );
       for (const r of reports) onPartition?.(r);
       const sum = (k: 'rows' | 'bytes' | 'units') => reports.reduce((n, r) => n + r[k], 0);
@@ -132,14 +143,27 @@ export class SinkDriver {
     }));
   }
 
-  private async one(sink: SinkRuntime, p: PartitionRef, respectBackoff: boolean, held: (what: string) => Promise<void>): Promise<PartitionReport> {
+  /** Rows above the sink's watermarks: what this tick has to export, as `status` counts them. */
+  private async pendingRows(sink: SinkRuntime, partitions: readonly PartitionRef[]): Promise<number> {
+    let n = 0;
+    for (const p of partitions) n += await this.env.cache.storage.countRowsSince(p, { since: (await sink.watermarks.find(p))?.continuation ?? null });
+    return n;
+  }
+
+  private async one(
+    sink: SinkRuntime,
+    p: PartitionRef,
+    respectBackoff: boolean,
+    held: (what: string) => Promise<void>,
+    onUnit?: (rows: number) => void,
+  ): Promise<PartitionReport> {
     const key = `${sink.name}\0${p.key}`;
     const entry = this.outbox.get(key);
     if (respectBackoff && (this.stopped.has(sink.name) || (entry && entry.nextAt > Date.now()))) {
       return { ...zero(), partition: p, error: null, deferred: true };
     }
     try {
-      const out = await exportPartition(this.env, sink, p, held);
+      const out = await exportPartition(this.env, sink, p, held, onUnit);
       this.outbox.delete(key);
       if (out.units > 0) {
         await this.env.hooks.partitionExported.promise({ sink: sink.name, partition: p, rows: out.rows, bytes: out.bytes, units: out.units });

@@ -99,6 +99,8 @@ export async function exportPartition(
   p: PartitionRef,
   /** Throws unless the sink's lock is still ours: checked before each durable write. */
   held: (what: string) => Promise<void> = async () => undefined,
+  /** A unit's destination acknowledged it (its rows), for a progress bar. */
+  onUnit?: (rows: number) => void,
 ): Promise<PartitionOutcome> {
   const out: PartitionOutcome = { rows: 0, bytes: 0, units: 0, gapRows: 0, waiting: false };
   const store = env.cache.store(p);
@@ -248,6 +250,7 @@ export async function exportPartition(
     out.bytes += shipped.result.bytes;
     out.units += 1;
     out.gapRows += gap;
+    onUnit?.(rows);
     const before = logical();
     pending.push({
       rec: {
