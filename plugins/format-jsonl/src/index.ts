@@ -19,6 +19,8 @@ async function* encode(unit: Unit): BlobBody {
 export default function activate(ctx: PluginContext): void {
   ctx.registerEncoder({
     name: ctx.manifest.name,
+    // It takes no writerConfig: any key there is a mistake. @ref LLP 0032
+    options: { keys: [] },
     create(): Encoder {
       return { extension: 'jsonl', contentType: 'application/x-ndjson', encode };
     },
