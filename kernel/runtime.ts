@@ -124,9 +124,6 @@ export class Hypsink {
     });
     // Before any sink state is read: a watermark named under the first name rule would not be found.
     await renameStateNamesV1(loaded.stateDir, Object.keys(c.sinks), Object.keys(c.datasets));
-    if (loaded.unknownKeys.length > 0) {
-      log.warn({ file: loaded.file, keys: loaded.unknownKeys }, `config keys ignored (unknown; a typo?): ${loaded.unknownKeys.join(', ')}`);
-    }
     id.value = cache.id;
     return new Hypsink(loaded, cache, log, hooks, sinks, env, tickRequests);
   }

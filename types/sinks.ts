@@ -229,18 +229,54 @@ export interface SinkBuildContext {
   requestTick?(): void;
 }
 
+/**
+ * The options a factory takes, declared so the host checks them when the sink
+ * is built, before `create`: a key not declared is an error naming the file,
+ * the sink and `config.<key>` (or `writerConfig.<key>` for an encoder), with
+ * the declared key it most likely means. "//" keys are comments: allowed at
+ * every level, never passed to `create`. Without a spec, the host checks
+ * nothing and `create` alone validates. @ref LLP 0032
+ */
+export interface PluginOptionsSpec {
+  /**
+   * Every option `create` reads. An option holding an object with keys of its
+   * own lists them as `parent.child` (`"retry"`, `"retry.attempts"`), and
+   * those are checked too; an object option without such entries is free-form.
+   */
+  readonly keys: readonly string[];
+  /**
+   * Optional: check the values too, once the keys are known. Standard Schema's
+   * `validate` (https://standardschema.dev): a zod 4, valibot or ArkType
+   * schema's `["~standard"].validate` fits as it is, and a hand-written
+   * function returns `{ issues: [{ message, path }] }` or `{ value }`. Each issue
+   * is reported as `config.<path>: <message>`: keep values (a token) out of messages.
+   */
+  validate?(options: Record<string, unknown>): PluginOptionsResult | Promise<PluginOptionsResult>;
+}
+
+/** What `PluginOptionsSpec.validate` returns: Standard Schema's result. */
+export type PluginOptionsResult =
+  | { readonly value?: unknown; readonly issues?: undefined }
+  | { readonly issues: readonly { readonly message: string; readonly path?: readonly (PropertyKey | { readonly key: PropertyKey })[] | undefined }[] };
+
 export interface EncoderFactory {
   readonly name: string;
+  /** The options it takes (the sink's `writerConfig`), checked by the host before `create`. */
+  readonly options?: PluginOptionsSpec;
   create(config: Record<string, unknown>, ctx: SinkBuildContext): Encoder;
 }
 
 export interface DestinationFactory {
   readonly name: string;
+  /** The options it takes (the sink's `config`), checked by the host before `create`. */
+  readonly options?: PluginOptionsSpec;
   create(config: Record<string, unknown>, ctx: SinkBuildContext): BlobDestination;
 }
 
 /** A request sink (like forward) ships units itself. */
 export interface SinkFactory {
   readonly name: string;
+  /** The options it takes (the sink's `config`), checked by the host before `create`. */
+  readonly options?: PluginOptionsSpec;
   create(config: Record<string, unknown>, ctx: SinkBuildContext): UnitShipper;
 }

@@ -8,12 +8,11 @@ import type { z } from 'zod';
 import { HypsinkError } from '../../types/errors.js';
 import { registerSecret } from '../log.js';
 import { DEFAULT_CONFIG } from './defaults.js';
+import { UNKNOWN_KEY_HINT, type UnknownKey, unknownKey, unknownKeysOf, withoutComments } from './keys.js';
 import { blobSink, type Config, configSchema, requestSink, type SinkConfig } from './schema.js';
 
 export interface LoadedConfig {
   readonly config: Config;
-  /** Keys hypsink does not know (ignored, most likely typos), for a warning at start. */
-  readonly unknownKeys: readonly string[];
   /** The file it came from, or null for the embedded default. */
   readonly file: string | null;
   /** Relative paths resolve against this folder. */
@@ -88,7 +87,33 @@ function issuesError(file: string, issues: readonly z.core.$ZodIssue[], prefix: 
   return new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: ${lines.join('; ')}`);
 }
 
-export function validateConfig(raw: unknown, file: string): Config {
+/**
+ * Every key of the config that hypsink does not know, in one error, each with
+ * the known key it most likely means; "//" keys are comments. A sink is
+ * checked as a request sink when it names a "plugin", else as a blob sink.
+ * @ref LLP 0032
+ */
+export function refuseUnknownKeys(raw: unknown, file: string): void {
+  const found: UnknownKey[] = unknownKeysOf(configSchema, raw);
+  const sinks = raw && typeof raw === 'object' ? (raw as { sinks?: unknown }).sinks : undefined;
+  if (sinks && typeof sinks === 'object' && !Array.isArray(sinks)) {
+    for (const [name, s] of Object.entries(sinks)) {
+      if (name === '//' || !s || typeof s !== 'object' || Array.isArray(s)) continue;
+      const request = 'plugin' in s;
+      // Both kinds' keys at once is its own error (validateConfig), not an unknown key.
+      const both = request && ('writer' in s || 'destination' in s);
+      found.push(...unknownKeysOf(request && !both ? requestSink : blobSink, s, ['sinks', name], both ? ['plugin'] : []));
+    }
+  }
+  if (found.length === 0) return;
+  const lines = found.map((u) => unknownKey(describePath([...u.path, u.key]), u.key, u.known));
+  throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: ${lines.join('; ')}`, { hint: UNKNOWN_KEY_HINT });
+}
+
+/** Check a config as written (keys, then `${VAR}` values, then each field) and strip its comments. */
+export function validateConfig(written: unknown, file: string): Config {
+  refuseUnknownKeys(written, file);
+  const raw = interpolateConfig(withoutComments(written), file);
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) throw issuesError(file, parsed.error.issues);
   const sinks: Record<string, SinkConfig> = {};
@@ -111,27 +136,6 @@ export function validateConfig(raw: unknown, file: string): Config {
     sinks[name] = r.data;
   }
   return { ...parsed.data, sinks };
-}
-
-/** Keys of the config (top level, cache, state, maintenance, driver, each sink) that no schema knows. */
-export function unknownKeys(raw: unknown): string[] {
-  const out: string[] = [];
-  const obj = (v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
-  const check = (v: unknown, known: readonly string[], where: string) => {
-    for (const k of Object.keys(obj(v) ?? {})) if (k !== '//' && !known.includes(k)) out.push(`${where}${k}`);
-  };
-  const shape = configSchema.shape;
-  check(raw, Object.keys(shape), '');
-  const top = obj(raw) ?? {};
-  for (const section of ['cache', 'state', 'maintenance', 'driver'] as const) {
-    const inner = (shape[section] as unknown as { unwrap(): { shape: Record<string, unknown> } }).unwrap().shape;
-    check(top[section], Object.keys(inner), `${section}.`);
-  }
-  for (const [name, sink] of Object.entries(obj(top.sinks) ?? {})) {
-    const known = Object.keys(('plugin' in (obj(sink) ?? {}) ? requestSink : blobSink).shape);
-    check(sink, known, `sinks.${name}.`);
-  }
-  return out;
 }
 
 function parseJson(text: string, file: string): unknown {
@@ -180,10 +184,9 @@ export function configFromObject(raw: unknown, baseDir: string, name = 'config o
 
 function configFrom(raw: unknown, file: string | null, baseDir: string, name?: string): LoadedConfig {
   const where = file ?? name ?? 'embedded default config';
-  const config = validateConfig(interpolateConfig(raw, where), where);
+  const config = validateConfig(raw, where);
   return {
     config,
-    unknownKeys: unknownKeys(raw),
     file,
     baseDir,
     cacheRoot: abs(baseDir, config.cache.root),

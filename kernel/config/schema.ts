@@ -1,6 +1,7 @@
 /**
  * The config file, validated with zod at load. Errors name the sink (or
- * dataset) and the field. Unknown keys are allowed (a config may carry more).
+ * dataset) and the field. A key no schema here knows is an error (load.ts,
+ * keys.ts), but "//" comments. @ref LLP 0032
  */
 import { Cron } from 'croner';
 import { z } from 'zod';
@@ -34,7 +35,7 @@ const column = z.object({
 });
 
 export const datasetSchema = z
-  .looseObject({
+  .object({
     columns: z.array(column).min(1),
     timestampColumn: z.string().optional(),
     /** Rows whose NDJSON line is longer than this go to the dead letter. */
@@ -66,7 +67,7 @@ const sinkCommon = {
    */
   maxDelay: duration.optional(),
   unit: z
-    .looseObject({ maxRows: z.number().int().positive().optional(), maxBytes: z.number().int().positive().optional() })
+    .object({ maxRows: z.number().int().positive().optional(), maxBytes: z.number().int().positive().optional() })
     .default({}),
 };
 
@@ -81,7 +82,7 @@ export const requestSink = z.object({ plugin: z.string().min(1), ...sinkCommon }
 
 export const configSchema = z.object({
   cache: z
-    .looseObject({
+    .object({
       root: z.string().default('.hypsink/cache'),
       lockWaitMs: z.number().int().positive().default(10_000),
       seqBlockSize: z.number().int().positive().default(1024),
@@ -92,10 +93,10 @@ export const configSchema = z.object({
     .default({ root: '.hypsink/cache', lockWaitMs: 10_000, seqBlockSize: 1024, segmentBytes: 64 * 1024 * 1024, rowGroupRows: 16_384 }),
   state: z.object({ dir: z.string().default('.hypsink/state') }).default({ dir: '.hypsink/state' }),
   maintenance: z
-    .looseObject({
+    .object({
       schedule: cronExpr.optional(),
       retention: z
-        .looseObject({
+        .object({
           maxAge: duration.optional(),
           maxRows: z.number().int().positive().optional(),
           /** Past this many rows a partition is pruned even if a sink has not exported them: a gap. */
@@ -113,7 +114,7 @@ export const configSchema = z.object({
     })
     .default({}),
   driver: z
-    .looseObject({
+    .object({
       concurrency: z.number().int().positive().default(4),
       lockWaitMs: z.number().int().positive().default(10_000),
       outboxBaseMs: z.number().int().positive().default(5_000),

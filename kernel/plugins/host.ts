@@ -16,6 +16,7 @@ import { type ActivateFn, type Capability, PLUGIN_API_VERSION, type PluginContex
 import type { DestinationFactory, EncoderFactory, SinkFactory } from '../../types/sinks.js';
 import { taps } from '../hooks.js';
 import type { Logger } from '../../types/plugins.js';
+import { didYouMean } from '../config/keys.js';
 
 /** Running from TypeScript sources (tests, the bench), under tsx, rather than compiled (dist/). */
 const FROM_SOURCES = import.meta.url.endsWith('.ts');
@@ -42,6 +43,21 @@ export interface Registry {
   readonly sinks: Map<string, SinkFactory>;
   readonly encoders: Map<string, EncoderFactory>;
   readonly destinations: Map<string, DestinationFactory>;
+}
+
+/** A plugin named by what the user wrote, never by where hypsink is installed. @ref LLP 0032 */
+const shown = (spec: string, rel: string) => `${spec.replace(/\/+$/, '')}/${rel}`;
+
+const KIND_PLURAL: Record<Capability, string> = { sink: 'request sinks', encoder: 'encoders', destination: 'destinations' };
+
+/** No plugin by that name: said once a list of the names that exist can be added (`PluginHost.unknown`). */
+class UnknownPlugin extends HypsinkError {
+  constructor(
+    readonly spec: string,
+    readonly why: string | undefined,
+  ) {
+    super('HYPSINK_ERR_PLUGIN', `unknown plugin "${spec}"${why ? `: ${why}` : ''}`);
+  }
 }
 
 /** A plugin module's activate function (default or named export). */
@@ -80,15 +96,59 @@ export class PluginHost {
    * What a plugin named by a sink provides, from its plugin.json alone: the
    * checks of the config run without importing its code.
    */
-  async prepare(spec: string): Promise<readonly Capability[]> {
+  async prepare(spec: string, want?: Capability): Promise<readonly Capability[]> {
     const kind = this.kindOf(spec);
     if (kind) return [kind];
-    const have = this.prepared.get(spec) ?? this.loaded.get(this.locate(spec));
-    if (have) return have.provides;
-    const m = await this.readManifest(spec, this.locate(spec));
-    this.checkApiVersion(m);
-    this.prepared.set(spec, m);
-    return m.provides;
+    try {
+      const have = this.prepared.get(spec) ?? this.loaded.get(this.locate(spec));
+      if (have) return have.provides;
+      const m = await this.readManifest(spec, this.locate(spec));
+      this.checkApiVersion(m);
+      this.prepared.set(spec, m);
+      return m.provides;
+    } catch (e) {
+      throw e instanceof UnknownPlugin ? await this.unknown(e, want) : e;
+    }
+  }
+
+  /**
+   * The names a config may give for `kind` (every kind without it): the
+   * built-ins by their plugin.json, and what the plugins loaded so far
+   * registered or a sink named. @ref LLP 0032
+   */
+  async knownNames(kind?: Capability): Promise<string[]> {
+    const fits = (provides: readonly string[]) => kind === undefined || provides.includes(kind);
+    const names = new Set<string>();
+    const dirs = await fsp.readdir(BUILTIN_DIR, { withFileTypes: true }).catch(() => []);
+    for (const d of dirs.filter((x) => x.isDirectory()).sort((a, b) => a.name.localeCompare(b.name))) {
+      const spec = `${BUILTIN_PREFIX}${d.name}`;
+      const m = await this.readManifest(spec, join(BUILTIN_DIR, d.name)).catch(() => undefined);
+      if (m && fits(m.provides)) names.add(m.name);
+    }
+    const registered: [Capability, Map<string, unknown>][] = [
+      ['sink', this.registry.sinks],
+      ['encoder', this.registry.encoders],
+      ['destination', this.registry.destinations],
+    ];
+    for (const [k, map] of registered) if (fits([k])) for (const n of map.keys()) names.add(n);
+    for (const [spec, m] of this.prepared) if (fits(m.provides)) names.add(spec);
+    return [...names];
+  }
+
+  /** The unknown plugin's message with the names there are of its kind and the one most likely meant. */
+  private async unknown(e: UnknownPlugin, want: Capability | undefined): Promise<HypsinkError> {
+    // A path is the user's own: no list of names fits it.
+    if (e.spec.startsWith('.') || isAbsolute(e.spec)) return e;
+    const known = await this.knownNames(want);
+    const unscoped = (s: string) => (s.startsWith(BUILTIN_PREFIX) ? s.slice(BUILTIN_PREFIX.length) : s);
+    const guess = didYouMean(e.spec, known, unscoped);
+    const what = want ? KIND_PLURAL[want] : 'plugins';
+    const list = known.length ? `known ${what}: ${known.join(', ')}` : `no ${what} are known`;
+    const why = e.why && !guess ? `: ${e.why}` : '';
+    return new HypsinkError('HYPSINK_ERR_PLUGIN', `unknown plugin "${e.spec}"${guess ? `; did you mean "${guess}"?` : why} (${list})`, {
+      cause: e,
+      hint: 'Name one of the known plugins, or install the plugin (a package, or a path listed in "plugins").',
+    });
   }
 
   /** Import and activate the plugin a sink names, once, when the sink is built. */
@@ -102,6 +162,14 @@ export class PluginHost {
 
   /** Load a plugin by built-in name (`@hypsink/x`), filesystem path, or package name. */
   async load(spec: string): Promise<PluginManifest> {
+    try {
+      return await this.loadOnce(spec);
+    } catch (e) {
+      throw e instanceof UnknownPlugin ? await this.unknown(e, undefined) : e;
+    }
+  }
+
+  private async loadOnce(spec: string): Promise<PluginManifest> {
     const dir = this.locate(spec);
     const cached = this.loaded.get(dir);
     if (cached) return cached;
@@ -111,7 +179,7 @@ export class PluginHost {
       const manifest = await this.readManifest(spec, dir);
       this.checkApiVersion(manifest);
       for (const req of manifest.requires ?? []) await this.load(req);
-      const activate = await this.importActivate(manifest, dir);
+      const activate = await this.importActivate(manifest, spec, dir);
       await this.activate(manifest, activate, dirname(dir) === BUILTIN_DIR);
       this.loaded.set(dir, manifest);
       return manifest;
@@ -127,10 +195,7 @@ export class PluginHost {
       const req = createRequire(join(this.baseDir, 'package.json'));
       return dirname(req.resolve(`${spec}/plugin.json`));
     } catch {
-      throw new HypsinkError(
-        'HYPSINK_ERR_PLUGIN',
-        `unknown plugin "${spec}": not a built-in (${BUILTIN_PREFIX}…), a path, or an installed package with a plugin.json`,
-      );
+      throw new UnknownPlugin(spec, `not a built-in (${BUILTIN_PREFIX}…), a path, or an installed package with a plugin.json`);
     }
   }
 
@@ -140,18 +205,19 @@ export class PluginHost {
     try {
       text = await fsp.readFile(path, 'utf8');
     } catch {
-      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `unknown plugin "${spec}": ${path} does not exist`);
+      // A built-in that is not there is a name that does not exist; the folder it was looked for in is ours.
+      throw new UnknownPlugin(spec, spec.startsWith(BUILTIN_PREFIX) ? undefined : `${shown(spec, 'plugin.json')} does not exist`);
     }
     let raw: unknown;
     try {
       raw = JSON.parse(text);
     } catch (e) {
-      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: ${path} is not valid JSON (${(e as Error).message})`);
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: ${shown(spec, 'plugin.json')} is not valid JSON (${(e as Error).message})`);
     }
     const r = manifestSchema.safeParse(raw);
     if (!r.success) {
       const why = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
-      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: ${path}: ${why}`);
+      throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${spec}: ${shown(spec, 'plugin.json')}: ${why}`);
     }
     return r.data;
   }
@@ -164,7 +230,7 @@ export class PluginHost {
     }
   }
 
-  private async importActivate(m: PluginManifest, dir: string): Promise<ActivateFn> {
+  private async importActivate(m: PluginManifest, spec: string, dir: string): Promise<ActivateFn> {
     // The CLI bundle carries the built-ins beside its chunks, sharing its one apache-arrow. @ref LLP 0025
     if (typeof __HYPSINK_PLUGINS_DIR__ === 'string' && dirname(dir) === BUILTIN_DIR) {
       return activateOf(m, `bundled plugin-${basename(dir)}.js`, await import(new URL(`./plugin-${basename(dir)}.js`, import.meta.url).href));
@@ -179,11 +245,11 @@ export class PluginHost {
       } catch {
         continue;
       }
-      return activateOf(m, file, await import(pathToFileURL(file).href));
+      return activateOf(m, shown(spec, rel), await import(pathToFileURL(file).href));
     }
     const ts = !FROM_SOURCES && !m.main && (await fsp.access(join(dir, 'src/index.ts')).then(() => true, () => false));
     const hint = ts ? '; it has src/index.ts only: build it to JavaScript (dist/index.js), or name its module in plugin.json "main"' : '';
-    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${dir} (tried ${candidates.join(', ')})${hint}`);
+    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${spec} (tried ${candidates.join(', ')})${hint}`);
   }
 
   private async activate(m: PluginManifest, activate: ActivateFn, builtin: boolean): Promise<void> {

@@ -8,8 +8,10 @@
  */
 import type { Logger as Pino } from 'pino';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
-import type { BlobDestination, SinkBuildContext, UnitShipper } from '../../types/sinks.js';
+import { configField } from '../../types/config.js';
+import type { BlobDestination, PluginOptionsSpec, SinkBuildContext, UnitShipper } from '../../types/sinks.js';
 import { parseDuration } from '../config/duration.js';
+import { UNKNOWN_KEY_HINT, unknownOptions } from '../config/keys.js';
 import { interpolate, type LoadedConfig } from '../config/load.js';
 import { isBlobSink, type SinkConfig } from '../config/schema.js';
 import { FAULT_POINTS, type FaultPoint, fault } from '../fault.js';
@@ -34,9 +36,10 @@ export async function checkSinkPlugins(loaded: LoadedConfig, host: PluginHost, n
   const need = async (field: string, spec: string, want: 'sink' | 'encoder' | 'destination') => {
     let provides: readonly string[];
     try {
-      provides = await host.prepare(spec);
+      provides = await host.prepare(spec, want);
     } catch (e) {
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where(loaded, name)}: ${field}: ${(e as Error).message}`, { cause: e });
+      const hint = isHypsinkError(e) ? { hint: e.hint } : {};
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where(loaded, name)}: ${field}: ${(e as Error).message}`, { cause: e, ...hint });
     }
     if (!provides.includes(want)) {
       const kind = provides[0];
@@ -71,6 +74,28 @@ function destinationRoot(d: BlobDestination): string | undefined {
   const probe = 'hypsink-probe';
   const where = d.describe(probe);
   return where.endsWith(probe) ? where.slice(0, -probe.length) : undefined;
+}
+
+/**
+ * Each plugin's options against the spec it declares, all in one error: the
+ * unknown keys, else what its `validate` finds, one message per field.
+ * @ref LLP 0032
+ */
+async function refuseBadOptions(w: string, blocks: readonly [PluginOptionsSpec | undefined, Record<string, unknown>, string][]): Promise<void> {
+  const unknown: string[] = [];
+  const invalid = new Map<string, string>();
+  for (const [spec, value, root] of blocks) {
+    if (!spec) continue;
+    const here = unknownOptions(spec.keys, value, root);
+    unknown.push(...here);
+    if (here.length > 0 || !spec.validate) continue;
+    for (const issue of (await spec.validate(value)).issues ?? []) {
+      const field = configField((issue.path ?? []).map((p) => (typeof p === 'object' ? p.key : p)), root);
+      if (!invalid.has(field)) invalid.set(field, `${field}: ${issue.message}`); // a field's first problem is the one to fix
+    }
+  }
+  const problems = [...unknown, ...invalid.values()];
+  if (problems.length > 0) throw new HypsinkError('HYPSINK_ERR_CONFIG', `${w}: ${problems.join('; ')}`, unknown.length ? { hint: UNKNOWN_KEY_HINT } : {});
 }
 
 /** Load the sink's plugins, resolve its `${VAR}` values and create its shipper (plugins checked at load). */
@@ -110,13 +135,21 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
     const config = interpolate(sc.config, `${w}: config`) as Record<string, unknown>;
     if (isBlobSink(sc)) {
       const writerConfig = interpolate(sc.writerConfig, `${w}: writerConfig`) as Record<string, unknown>;
-      const encoder = registry.encoders.get(sc.writer)!.create(writerConfig, build);
-      const dest = registry.destinations.get(sc.destination)!.create(config, build);
+      const encoderFactory = registry.encoders.get(sc.writer)!;
+      const destFactory = registry.destinations.get(sc.destination)!;
+      await refuseBadOptions(w, [
+        [destFactory.options, config, 'config'],
+        [encoderFactory.options, writerConfig, 'writerConfig'],
+      ]);
+      const encoder = encoderFactory.create(writerConfig, build);
+      const dest = destFactory.create(config, build);
       shipper = blobShipper(encoder, dest, BLOB_LIMITS);
       root = destinationRoot(dest);
       destination = dest.destination ?? (root === undefined ? null : `${sc.destination} ${root}`);
     } else {
-      shipper = registry.sinks.get(sc.plugin)!.create(config, build);
+      const factory = registry.sinks.get(sc.plugin)!;
+      await refuseBadOptions(w, [[factory.options, config, 'config']]);
+      shipper = factory.create(config, build);
       destination = shipper.destination ?? null;
     }
   } catch (e) {

@@ -33,6 +33,8 @@ async function countRows(blob: StoredBlob): Promise<number> {
 export default function activate(ctx: PluginContext): void {
   ctx.registerEncoder({
     name: ctx.manifest.name,
+    // It takes no writerConfig: any key there is a mistake. @ref LLP 0032
+    options: { keys: [] },
     create(): Encoder {
       return { extension: 'jsonl', contentType: 'application/x-ndjson', encode, countRows };
     },

@@ -7,12 +7,15 @@ import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import { parseSinkConfig, type PluginContext } from 'hypsink/plugin';
-import type { BlobBody, Encoder, StoredBlob, Unit } from 'hypsink/plugin';
+import type { BlobBody, Encoder, PluginOptionsSpec, StoredBlob, Unit } from 'hypsink/plugin';
 
 const configSchema = z.object({
   compression: z.enum(['zstd', 'snappy', 'gzip', 'uncompressed']).default('zstd'),
   rowGroupRows: z.number().int().positive().default(65_536),
 });
+
+/** The sink's `writerConfig`, declared so the host checks it before `create`. @ref LLP 0032 */
+export const PARQUET_OPTIONS: PluginOptionsSpec = { keys: Object.keys(configSchema.shape), validate: configSchema['~standard'].validate };
 
 const CODECS = {
   zstd: pw.Compression.ZSTD,
@@ -107,6 +110,7 @@ async function countRows(blob: StoredBlob): Promise<number> {
 export default function activate(ctx: PluginContext): void {
   ctx.registerEncoder({
     name: ctx.manifest.name,
+    options: PARQUET_OPTIONS,
     create(config, build): Encoder {
       // The writer's options live in the sink's `writerConfig`; `config` is the destination's.
       const { compression, rowGroupRows } = parseSinkConfig(configSchema, config, build.sink, 'writerConfig');

@@ -5,7 +5,7 @@
  * No message ever quotes a value (the token is one of them).
  */
 import { z } from 'zod';
-import { parseSinkConfig } from 'hypsink/plugin';
+import { type PluginOptionsSpec, parseSinkConfig } from 'hypsink/plugin';
 
 export const MiB = 1024 * 1024;
 
@@ -62,6 +62,12 @@ export const ForwardConfigSchema = z
     idNamespace: z.string().min(1).optional(),
   })
   .strict();
+
+/** The sink's `config`, declared so the host checks it before `create` (`retry` by its own keys). @ref LLP 0032 */
+export const FORWARD_OPTIONS: PluginOptionsSpec = {
+  keys: [...Object.keys(ForwardConfigSchema.shape), ...Object.keys(RetrySchema.shape).map((k) => `retry.${k}`)],
+  validate: ForwardConfigSchema['~standard'].validate,
+};
 
 export type ForwardConfig = z.infer<typeof ForwardConfigSchema>;
 export type RetryBudget = ForwardConfig['retry'];

@@ -9,10 +9,10 @@
  * @ref LLP 0008: batch id derivation; LLP 0009: the receiver's ledger
  */
 import type { PluginContext, SinkBuildContext, UnitShipper } from 'hypsink/plugin';
-import { type ForwardConfig, parseForwardConfig } from './config.js';
+import { FORWARD_OPTIONS, type ForwardConfig, parseForwardConfig } from './config.js';
 import { ForwardShipper } from './shipper.js';
 
-export { type ForwardConfig, ForwardConfigSchema, parseForwardConfig } from './config.js';
+export { FORWARD_OPTIONS, type ForwardConfig, ForwardConfigSchema, parseForwardConfig } from './config.js';
 export { ForwardError, isTooLarge } from './errors.js';
 export { ForwardShipper } from './shipper.js';
 
@@ -35,6 +35,7 @@ export function activate(ctx: PluginContext): void {
   });
   ctx.registerSink({
     name: ctx.manifest.name,
+    options: FORWARD_OPTIONS,
     create(config: Record<string, unknown>, build: SinkBuildContext): UnitShipper {
       const parsed = parseForwardConfig(config, build.sink);
       const exposed = tokenInTheClear(parsed);

@@ -17,7 +17,18 @@
 import { promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
-import { type BlobBody, type BlobDestination, HypsinkError, isHypsinkError, type ListedBlob, parseSinkConfig, type PluginContext, type PutResult, type SinkBuildContext } from 'hypsink/plugin';
+import {
+  type BlobBody,
+  type BlobDestination,
+  HypsinkError,
+  isHypsinkError,
+  type ListedBlob,
+  type PluginContext,
+  type PluginOptionsSpec,
+  type PutResult,
+  parseSinkConfig,
+  type SinkBuildContext,
+} from 'hypsink/plugin';
 import { checkFolder } from './check.js';
 import { type Digest, digestBody, digestFile, readRecord, recordPath, sweepTemps, tempName, writeNew, writeRecord } from './files.js';
 import { listBlobs, readRange } from './readback.js';
@@ -30,6 +41,8 @@ const configSchema = z
     followRootLinks: z.boolean().optional(),
   })
   .strict();
+/** The sink's `config`, declared so the host checks it before `create`. @ref LLP 0032 */
+export const LOCAL_FS_OPTIONS: PluginOptionsSpec = { keys: Object.keys(configSchema.shape), validate: configSchema['~standard'].validate };
 const TMP = '.hypsink-tmp';
 /** Inside TMP: one commit record per partition folder. */
 const COMMITS = 'commits';
@@ -202,6 +215,7 @@ class LocalFsDestination implements BlobDestination {
 export default function activate(ctx: PluginContext): void {
   ctx.registerDestination({
     name: ctx.manifest.name,
+    options: LOCAL_FS_OPTIONS,
     create(config, build) {
       const { dir, followRootLinks } = parseSinkConfig(configSchema, config, build.sink);
       return new LocalFsDestination(resolve(build.baseDir, dir), followRootLinks === true, build);

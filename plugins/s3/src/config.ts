@@ -3,7 +3,7 @@
  * fails the load with one message naming the sink and the field.
  */
 import { z } from 'zod';
-import { parseSinkConfig } from 'hypsink/plugin';
+import { type PluginOptionsSpec, parseSinkConfig } from 'hypsink/plugin';
 
 export const MiB = 1024 * 1024;
 /** Real S3 rejects parts under 5 MiB (except the last); s3rver and MinIO-in-tests accept smaller. */
@@ -64,6 +64,12 @@ export const S3ConfigSchema = z
     connectTimeoutMs: z.number().int().min(1).default(10_000),
   })
   .strict();
+
+/** The sink's `config`, declared so the host checks it before `create` (`retry` by its own keys). @ref LLP 0032 */
+export const S3_OPTIONS: PluginOptionsSpec = {
+  keys: [...Object.keys(S3ConfigSchema.shape), ...Object.keys(RetrySchema.shape).map((k) => `retry.${k}`)],
+  validate: S3ConfigSchema['~standard'].validate,
+};
 
 export type S3Config = z.infer<typeof S3ConfigSchema>;
 export type RetryBudget = S3Config['retry'];

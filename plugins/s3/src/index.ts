@@ -5,11 +5,11 @@
  */
 // @ref LLP 0007: commit = create-if-absent (If-None-Match: * and/or a HeadObject pre-check).
 import type { BlobDestination, PluginContext, SinkBuildContext } from 'hypsink/plugin';
-import { parseS3Config } from './config.js';
+import { parseS3Config, S3_OPTIONS } from './config.js';
 import { S3Destination } from './destination.js';
 
 export type { CreateIfAbsentMode, RetryBudget, S3Config } from './config.js';
-export { parseS3Config, S3ConfigSchema } from './config.js';
+export { parseS3Config, S3_OPTIONS, S3ConfigSchema } from './config.js';
 export { S3_FAULT_POINTS, S3Destination } from './destination.js';
 
 /** Builds a destination from a sink's `config` (validated here; bad fields throw HYPSINK_ERR_CONFIG). */
@@ -25,6 +25,7 @@ export function createS3Destination(config: Record<string, unknown>, buildCtx: S
 export default function activate(ctx: PluginContext): void {
   ctx.registerDestination({
     name: ctx.manifest.name,
+    options: S3_OPTIONS,
     create(config, buildCtx) {
       return createS3Destination(config, buildCtx);
     },

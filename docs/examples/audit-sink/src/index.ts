@@ -13,9 +13,10 @@ export default function activate(ctx: PluginContext): void {
   });
   ctx.registerSink({
     name: ctx.manifest.name,
+    // The host checks `config` before create: unknown keys (with a did-you-mean), then validate.
+    options: { keys: ['dir'], validate: (o) => (typeof o.dir === 'string' ? { value: o } : { issues: [{ message: 'expected a folder', path: ['dir'] }] }) },
     create(config, build): UnitShipper {
-      if (typeof config.dir !== 'string') throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${build.sink}": config.dir: expected a folder`);
-      const dir = resolve(build.baseDir, config.dir);
+      const dir = resolve(build.baseDir, config.dir as string);
       return {
         limits: { maxRows: 10_000, maxBytes: 16 * 1024 * 1024 },
         // A pure function of its arguments: a retried unit gets the same id.
