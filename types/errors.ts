@@ -17,6 +17,14 @@ export const ERROR_CODES = {
   HYPSINK_ERR_AUTH: { exit: 1, hint: 'Check the credentials or token of the named sink.' },
   HYPSINK_ERR_INVARIANT: { exit: 1, hint: 'An internal invariant broke; this is a bug: keep the state dir and report it.' },
   HYPSINK_ERR_ABORTED: { exit: 1, hint: 'Shutdown interrupted the work; it resumes on the next run.' },
+  /** Permission or read-only: permanent, exit 1 (the batch is not durable: a host retries it once fixed). @ref LLP 0033 */
+  HYPSINK_ERR_ACCESS: { exit: 1, hint: 'Give the user hypsink runs as access to the named path, or choose another path; then run again.' },
+  HYPSINK_ERR_USAGE: { exit: 2, hint: 'Fix the command line: see the usage above, or "hypsink <command> --help".' },
+  /** An error hypsink has no code for: one line on the terminal, its stack with HYPSINK_LOG_LEVEL=debug. */
+  HYPSINK_ERR_UNEXPECTED: {
+    exit: 1,
+    hint: 'hypsink has no code for this failure: run again with HYPSINK_LOG_LEVEL=debug to see where it came from, and report it.',
+  },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
