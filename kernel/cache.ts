@@ -26,6 +26,7 @@ import { type RetentionPolicy, type RetentionResult, retainPartition } from './s
 import { CUT_SEGMENT, decodeSegment, encodeSegment } from './store/segments.js';
 import { renameCacheNamesV1 } from './store/segments-v1.js';
 import { Spool, type SpoolRef } from './spool/spool.js';
+import { mkdirs } from './io/mkdirs.js';
 
 export interface CacheOptions {
   readonly root: string;
@@ -126,8 +127,8 @@ export class Cache {
   }
 
   static async open(opts: CacheOptions): Promise<Cache> {
-    await fsp.mkdir(join(opts.root, 'datasets'), { recursive: true });
-    await fsp.mkdir(join(opts.root, 'spools'), { recursive: true });
+    await mkdirs(join(opts.root, 'datasets'));
+    await mkdirs(join(opts.root, 'spools'));
     await renameCacheNamesV1(opts.root, Object.keys(opts.datasets));
     const cache = new Cache(opts.root, opts.datasets, opts);
     cache.id = await cacheId(opts.root);
@@ -368,7 +369,7 @@ export class Cache {
    */
   async withBatch<T>(ref: SpoolRef, fn: (progress: () => Promise<BatchMark | null>) => Promise<T>): Promise<T> {
     const spool = this.spool(ref);
-    await fsp.mkdir(spool.dir, { recursive: true });
+    await mkdirs(spool.dir);
     return this.batchMutex.run(spool.key, () => spool.processLock.with('ingest', () => fn(() => spool.progress())));
   }
 
@@ -395,7 +396,7 @@ export class Cache {
         committedAt: new Date().toISOString(),
         maxSeq: (await this.allocator.readReserved()).toString(),
       };
-      await fsp.mkdir(dirname(path), { recursive: true });
+      await mkdirs(dirname(path));
       await writeJsonAtomic(path, record);
       fault('flush.afterBatchRecord');
     });

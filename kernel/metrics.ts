@@ -6,7 +6,26 @@
  */
 import { createServer, type Server } from 'node:http';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { HypsinkError } from '../types/errors.js';
 import type { Hypsink } from './runtime.js';
+
+/** The port comes from the command line: a port taken or not ours to take is the operator's to change, not a crash. */
+function listenError(e: NodeJS.ErrnoException, port: number, host: string): Error {
+  const at = `${host}:${port}`;
+  if (e.code === 'EADDRINUSE') {
+    return new HypsinkError('HYPSINK_ERR_CONFIG', `metrics port ${port}: ${at} is already in use (EADDRINUSE)`, {
+      cause: e,
+      hint: `Choose another --metrics-port, or stop the process that listens on ${at} (ss -ltnp shows it); then run again.`,
+    });
+  }
+  if (e.code === 'EACCES') {
+    return new HypsinkError('HYPSINK_ERR_CONFIG', `metrics port ${port}: this user may not listen on ${at} (EACCES)`, {
+      cause: e,
+      hint: 'Choose another --metrics-port (1024 or above needs no privileges); then run again.',
+    });
+  }
+  return e;
+}
 
 export function createMetrics(k: Hypsink): Registry {
   const registry = new Registry();
@@ -66,7 +85,7 @@ export async function serveMetrics(registry: Registry, port: number, host = '127
     );
   });
   await new Promise<void>((ok, fail) => {
-    server.once('error', fail);
+    server.once('error', (e: NodeJS.ErrnoException) => fail(listenError(e, port, host)));
     server.listen(port, host, ok);
   });
   return server;

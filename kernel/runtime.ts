@@ -2,7 +2,6 @@
  * The kernel, assembled from a loaded config: cache, hooks, plugin host, sinks
  * and driver. Every CLI command is a method here, so tests drive the same code.
  */
-import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Logger as Pino } from 'pino';
@@ -28,6 +27,7 @@ import { prunedForAll, type SinkRuntime } from './sinks/exporter.js';
 import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
 import { type SinkVerify, type VerifyReport, verifySink } from './sinks/verify.js';
 import { renameStateNamesV1 } from './store/segments-v1.js';
+import { mkdirs } from './io/mkdirs.js';
 
 export interface RuntimeOptions {
   readonly log?: Pino;
@@ -487,7 +487,7 @@ export class Hypsink {
   /** @internal */
   async deadLetterDir(): Promise<string> {
     const dir = join(this.loaded.stateDir, 'dead-letter');
-    await fsp.mkdir(dir, { recursive: true });
+    await mkdirs(dir);
     return dir;
   }
 }

@@ -21,6 +21,14 @@ export const ERROR_CODES = {
     exit: 1,
     hint: 'Each finding names the object: a hole or another row count means the destination lost or changed rows (restore that object from a backup); an overlap or a unit beyond the watermark is an object too many (move it aside). Then run verify again.',
   },
+  /** Permission or read-only: permanent, exit 1 (the batch is not durable: a host retries it once fixed). @ref LLP 0033 */
+  HYPSINK_ERR_ACCESS: { exit: 1, hint: 'Give the user hypsink runs as access to the named path, or choose another path; then run again.' },
+  HYPSINK_ERR_USAGE: { exit: 2, hint: 'Fix the command line: see the usage above, or "hypsink <command> --help".' },
+  /** An error hypsink has no code for: one line on the terminal, its stack with HYPSINK_LOG_LEVEL=debug. */
+  HYPSINK_ERR_UNEXPECTED: {
+    exit: 1,
+    hint: 'hypsink has no code for this failure: run again with HYPSINK_LOG_LEVEL=debug to see where it came from, and report it.',
+  },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -1,4 +1,5 @@
 /** hypsink's public contract. Plugins import from here only. */
+export * from './access.js';
 export * from './config.js';
 export * from './errors.js';
 export type * from './hooks.js';

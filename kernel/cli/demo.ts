@@ -14,6 +14,7 @@ import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { ingestNdjson } from '../ingest/ingest.js';
 import type { Hypsink } from '../runtime.js';
 import { exportTable, statusTable } from './render.js';
+import { mkdirs } from '../io/mkdirs.js';
 
 const PER_SOURCE = 2000;
 
@@ -45,7 +46,7 @@ export async function runDemo(k: Hypsink, out: (s: string) => void): Promise<voi
   const batches = demoBatch(run, state.nextId, PER_SOURCE);
   const total = batches.reduce((n, b) => n + b.lines.length, 0);
   // Claim the run first: a run cut short is never ingested a second time under the same ids.
-  await fsp.mkdir(k.loaded.stateDir, { recursive: true });
+  await mkdirs(k.loaded.stateDir);
   await writeJsonAtomic(statePath, { run, nextId: state.nextId + total });
 
   const bar = process.stderr.isTTY ? new SingleBar({ format: 'ingest {bar} {value}/{total} rows', stream: process.stderr }) : null;

@@ -5,9 +5,10 @@
 import { promises as fsp } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Readable } from 'node:stream';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/flags.js';
-import { HypsinkError, isHypsinkError } from '../../types/errors.js';
+import { accessError } from '../../types/access.js';
+import { ERROR_CODES, HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { Hypsink } from '../runtime.js';
 
 // Each command imports what it runs when it runs: `--help` loads commander only, `ingest` and
@@ -55,12 +56,13 @@ async function withKernel<T>(cmd: Command, fn: (k: Hypsink) => Promise<T>): Prom
 }
 
 /**
- * An input file, opened before reading so a missing or unreadable one is bad
- * input (exit 2), not a crash; with its size when it is a regular file.
+ * An input file, opened before reading: a missing one is bad input (exit 2),
+ * one its user may not read a permission (exit 1), never a crash; with its
+ * size when it is a regular file.
  */
 async function openInput(file: string): Promise<{ input: Readable; size: number | null }> {
   try {
-    const fh = await fsp.open(file, 'r');
+    const fh = await fsp.open(resolve(file), 'r');
     const st = await fh.stat();
     if (st.isDirectory()) {
       await fh.close();
@@ -68,8 +70,21 @@ async function openInput(file: string): Promise<{ input: Readable; size: number 
     }
     return { input: fh.createReadStream(), size: st.isFile() ? st.size : null };
   } catch (e) {
-    throw new HypsinkError('HYPSINK_ERR_INPUT', `cannot read input file ${resolve(file)} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    // A file its user may not read is a permission to fix (@ref LLP 0033); a wrong name, nothing read at all.
+    throw (
+      accessError(e, { elsewhere: 'pass another --file' }) ??
+      new HypsinkError('HYPSINK_ERR_INPUT', `cannot read input file ${resolve(file)} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`, {
+        hint: 'Check the --file path: a readable NDJSON file, or - for standard input; nothing was read.',
+      })
+    );
   }
+}
+
+/** A port flag's value; anything else is a command-line mistake (commander shows the usage). */
+function portNumber(v: string): number {
+  const n = Number(v);
+  if (!/^\d+$/.test(v) || n > 65535) throw new InvalidArgumentError('must be a port number 0-65535.');
+  return n;
 }
 
 export function buildProgram(io: Out = stdio): Command {
@@ -77,6 +92,11 @@ export function buildProgram(io: Out = stdio): Command {
     .description('Incremental, exactly-once export of the local activity cache')
     .option('--config <file>', 'config file (default: hypsink.config.json here, else the embedded default)')
     .showHelpAfterError()
+    // A usage mistake says so, through the same escaping as every other line.
+    .configureOutput({
+      writeErr: (s) => io.err(s),
+      outputError: (s, write) => write(`hypsink: HYPSINK_ERR_USAGE: a command-line mistake: ${s.replace(/^error: /, '')}`),
+    })
     .exitOverride();
   // Logs for a person at a terminal, JSON lines otherwise (LLP 0035).
   program.addOption(new Option('--log-format <format>', 'log lines: pretty at a terminal, JSON otherwise (auto), or always json or pretty').choices(['auto', 'json', 'pretty']).default('auto'));
@@ -195,7 +215,7 @@ export function buildProgram(io: Out = stdio): Command {
     .command('run')
     .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM')
     .option('--config <file>', 'config file')
-    .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', (v) => Number(v))
+    .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', portNumber)
     .action(async (o: { metricsPort?: number }, cmd: Command) => {
       const k = await open(cmd);
       try {
@@ -205,7 +225,15 @@ export function buildProgram(io: Out = stdio): Command {
         throw e;
       }
       const { Daemon } = await import('../daemon.js');
-      const metrics = o.metricsPort === undefined ? null : await import('../metrics.js').then((m) => m.serveMetrics(m.createMetrics(k), o.metricsPort!));
+      const metrics =
+        o.metricsPort === undefined
+          ? null
+          : await import('../metrics.js')
+              .then((m) => m.serveMetrics(m.createMetrics(k), o.metricsPort!))
+              .catch(async (e: unknown) => {
+                await k.close();
+                throw e;
+              });
       if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');
       const d = new Daemon(k, {
         onTick: (r) => k.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick'),
@@ -383,6 +411,22 @@ export function buildProgram(io: Out = stdio): Command {
   return program;
 }
 
+/** An error hypsink has no code for, as one line: its type (unless plain Error) and the first line of its message. */
+function unexpected(e: unknown): HypsinkError {
+  const name = e instanceof Error && e.name !== 'Error' && !(e.message ?? '').startsWith(e.name) ? `${e.name}: ` : '';
+  const text = e instanceof Error ? e.message : String(e);
+  return new HypsinkError('HYPSINK_ERR_UNEXPECTED', `${name}${text.split('\n')[0]}`, { cause: e });
+}
+
+/** The stack of an error and of its causes. */
+function stacks(e: unknown): string {
+  const out: string[] = [];
+  for (let c: unknown = e, i = 0; c !== undefined && c !== null && i < 5; c = (c as { cause?: unknown }).cause, i++) {
+    out.push(`${i === 0 ? '' : 'caused by: '}${(c as Error).stack ?? String(c)}`);
+  }
+  return out.join('\n');
+}
+
 export async function main(argv: string[], given: Out = stdio): Promise<number> {
   // JSON output is unchanged by it: JSON.stringify escapes C0 itself, and a C1 or U+2028 only sits inside a string.
   const io: Out = { out: (s) => given.out(forTerminal(s)), err: (s) => given.err(forTerminal(s)) };
@@ -393,16 +437,17 @@ export async function main(argv: string[], given: Out = stdio): Promise<number> 
   } catch (e) {
     const err = e as { code?: string; exitCode?: number };
     if (typeof err.code === 'string' && err.code.startsWith('commander.')) {
-      // Help and version are not errors; usage mistakes are bad input.
-      return err.code === 'commander.helpDisplayed' || err.code === 'commander.version' ? 0 : 2;
+      // Help and version are not errors; usage mistakes are bad input (commander printed the mistake and the usage).
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') return 0;
+      io.err(`  → ${ERROR_CODES.HYPSINK_ERR_USAGE.hint}`);
+      return ERROR_CODES.HYPSINK_ERR_USAGE.exit;
     }
     const { maskSecrets } = await logs();
-    if (isHypsinkError(e)) {
-      io.err(maskSecrets(`hypsink: ${e.code}: ${e.message}\n  → ${e.hint}`));
-      return e.exitCode;
-    }
-    io.err(maskSecrets(`hypsink: ${(e as Error)?.stack ?? String(e)}`));
-    return 1;
+    // Every failure is one coded line and its hint; the stack only when asked for.
+    const known = isHypsinkError(e) ? e : (accessError(e) ?? unexpected(e));
+    io.err(maskSecrets(`hypsink: ${known.code}: ${known.message}\n  → ${known.hint}`));
+    if (/^(debug|trace)$/i.test(process.env.HYPSINK_LOG_LEVEL ?? '')) io.err(maskSecrets(stacks(e)));
+    return known.exitCode;
   }
 }
 

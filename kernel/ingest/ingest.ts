@@ -23,6 +23,7 @@ import { createHash, type Hash, randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import { accessError } from '../../types/access.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { BatchRecord } from '../cache.js';
 import { type BatchMark, encodeFrameLine, markFrameLine } from '../spool/frames.js';
@@ -372,14 +373,16 @@ export class IngestError extends HypsinkError {
         : durable === 'some'
           ? `some rows of batch ${batchId} are durable and commit with the next flush; ${retry}: it adds only the rest`
           : `no row of batch ${batchId} is durable; ${retry}`;
-    super(cause.code, `${cause.message} (${what})`, { cause, retryable: cause.retryable, retryAfterMs: cause.retryAfterMs });
+    super(cause.code, `${cause.message} (${what})`, { cause, retryable: cause.retryable, retryAfterMs: cause.retryAfterMs, hint: cause.hint });
     this.name = 'IngestError';
   }
 }
 
 function failedIngest(e: unknown, result: IngestResult, durable: Durable, named: boolean): unknown {
   if (e instanceof IngestError || (isHypsinkError(e) && e.code === 'HYPSINK_ERR_INPUT' && /ingested before with other content/.test(e.message))) return e;
-  const cause = isHypsinkError(e) ? e : new HypsinkError('HYPSINK_ERR_RETRYABLE', (e as Error)?.message ?? String(e), { cause: e, retryable: true });
+  const cause = isHypsinkError(e)
+    ? e
+    : (accessError(e) ?? new HypsinkError('HYPSINK_ERR_RETRYABLE', (e as Error)?.message ?? String(e), { cause: e, retryable: true }));
   return new IngestError(cause, result.batchId, durable, named, result);
 }
 

@@ -27,6 +27,7 @@ import { hostname } from 'node:os';
 import lockfile from 'proper-lockfile';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import { encodeSegment } from '../store/segments.js';
+import { mkdirs } from './mkdirs.js';
 
 export interface LockOptions {
   /** How long to wait for another holder before failing (ms). */
@@ -204,7 +205,7 @@ export class ProcessLock {
 
   private async take(op: string, waitMs: number): Promise<void> {
     const claim = `${this.claimsDir}/${process.pid},${randomBytes(6).toString('hex')},${encodeSegment(hostname())}`;
-    await fsp.mkdir(this.claimsDir, { recursive: true });
+    await mkdirs(this.claimsDir);
     await fsp.writeFile(claim, '');
     try {
       await this.takeClaimed(op, claim, waitMs);

@@ -5,14 +5,15 @@
  * outbox and is retried with backoff on later ticks; its watermark and intent
  * make the retry export no row twice and skip none.
  */
-import { promises as fsp } from 'node:fs';
 import pLimit from 'p-limit';
+import { accessError } from '../../types/access.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
 import { type ExportEnv, exportPartition, type PartitionOutcome, type SinkRuntime } from './exporter.js';
 import type { SinkState } from './states.js';
+import { mkdirs } from '../io/mkdirs.js';
 
 export interface DriverOptions {
   readonly concurrency: number;
@@ -56,6 +57,9 @@ const zero = (): PartitionOutcome => ({ rows: 0, bytes: 0, units: 0, gapRows: 0,
 
 function asHypsinkError(e: unknown, sink: string): HypsinkError {
   if (isHypsinkError(e)) return e;
+  // A path the sink's user may not write stays so: permanent, not a passing fault (@ref LLP 0033).
+  const denied = accessError(e, { context: `sink "${sink}"` });
+  if (denied) return denied;
   return new HypsinkError('HYPSINK_ERR_RETRYABLE', `sink "${sink}": ${(e as Error)?.message ?? String(e)}`, { cause: e, retryable: true });
 }
 
@@ -95,7 +99,7 @@ export class SinkDriver {
     const hold = async (i: number): Promise<T> => {
       const state = sorted[i];
       if (!state) return fn();
-      await fsp.mkdir(state.dir, { recursive: true });
+      await mkdirs(state.dir);
       return this.ticks.run(state.dir, () => this.lock(state).with(op, () => hold(i + 1)));
     };
     return hold(0);
@@ -106,7 +110,7 @@ export class SinkDriver {
    * partitions now; the daemon leaves them until their backoff has passed.
    */
   async tick(sink: SinkRuntime, respectBackoff: boolean, onPartition?: (r: PartitionReport) => void, progress: TickProgress = {}): Promise<TickReport> {
-    await fsp.mkdir(sink.state.dir, { recursive: true });
+    await mkdirs(sink.state.dir);
     // The cross-process lock is shared within a process, so ticks of one sink in this
     // process (the daemon's first tick and a cron fire) are kept apart here.
     return this.ticks.run(sink.state.dir, () => this.lock(sink.state).with('export', async () => {

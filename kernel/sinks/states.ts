@@ -17,6 +17,7 @@ import { decodeSegment, encodeSegment } from '../store/segments.js';
 import { fault } from '../fault.js';
 import { readdirOrEmpty, readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { WatermarkStore } from './watermarks.js';
+import { mkdirs } from '../io/mkdirs.js';
 
 export interface SinkStateFile {
   readonly v: 1;
@@ -121,7 +122,7 @@ export class SinkState {
   }
 
   private async writeState(state: SinkStateFile): Promise<void> {
-    await fsp.mkdir(this.dir, { recursive: true });
+    await mkdirs(this.dir);
     await writeJsonAtomic(this.file, state);
   }
 

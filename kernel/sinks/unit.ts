@@ -82,6 +82,7 @@ export class UnitReads {
       throw new HypsinkError(code, `sink "${this.sink}": ${this.where}: ${(cause as Error)?.message ?? String(cause)}; nothing of it was advanced`, {
         cause,
         retryable: isHypsinkError(cause) ? cause.retryable : false,
+        hint: isHypsinkError(cause) ? cause.hint : undefined,
       });
     }
     if (w === null || w.iteration !== this.iteration || w.rows !== this.planned) {

@@ -13,6 +13,7 @@ import { HypsinkError } from '../../types/errors.js';
 import { type ColumnSpec, COLUMN_TYPES } from '../../types/schema.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
+import { mkdirs } from '../io/mkdirs.js';
 
 export interface Intent {
   /** Exclusive; null for a partition's first unit. */
@@ -141,7 +142,7 @@ export class WatermarkStore {
       );
     }
     const rec = { ...next, updatedAt: new Date().toISOString() };
-    await fsp.mkdir(dirname(this.path(p)), { recursive: true });
+    await mkdirs(dirname(this.path(p)));
     await writeJsonAtomic(this.path(p), rec);
     return rec;
   }

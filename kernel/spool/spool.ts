@@ -16,6 +16,7 @@ import { ProcessLock } from '../io/lock.js';
 import { KeyedMutex } from '../mutex.js';
 import { type BatchMark, checkBatchMark, decodeFrameLine, type Frame, frameHeader } from './frames.js';
 import { encodeSegment } from '../store/segments.js';
+import { mkdirs } from '../io/mkdirs.js';
 
 export interface SpoolRef {
   readonly dataset: string;
@@ -77,7 +78,7 @@ export class Spool {
    * it; the segment sealed is returned.
    */
   async append(line: Uint8Array, maxBytes: number, seal = false): Promise<SealedSegment | null> {
-    await fsp.mkdir(this.dir, { recursive: true });
+    await mkdirs(this.dir);
     return this.serial.run('', () => this.lock.with('append', async () => {
       const size = await cutTornTail(this.currentPath);
       const fh = await fsp.open(this.currentPath, 'a');

@@ -4,10 +4,11 @@
  * go through a byte-counting Blob so tests can assert what a read cost.
  * @ref LLP 0003: seq-stat pruning
  */
-import { openAsBlob } from 'node:fs';
+import { promises as fsp, openAsBlob } from 'node:fs';
 import { type RecordBatch, type Table, tableFromIPC, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import type { ReadCounters } from '../../types/storage.js';
+import { accessError } from '../../types/access.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import { readFaulted } from '../fault.js';
 import { ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
@@ -131,6 +132,9 @@ class ByteReads {
       return await Promise.race([work, this.failure]);
     } catch (e) {
       if (!this.broken) throw e;
+      // A Blob's read says only NotReadableError: ask the file why; a permission is not damage (@ref LLP 0033).
+      const denied = e instanceof WebAssembly.RuntimeError ? undefined : accessError(await whyUnreadable(this.path), ownerHint(`data file ${this.path}: ${what} failed`));
+      if (denied) throw denied;
       const why =
         e instanceof WebAssembly.RuntimeError
           ? `the Parquet decoder stopped on it (${e.message}): damaged pages`
@@ -142,6 +146,19 @@ class ByteReads {
     }
   }
 }
+
+/** The error opening `path` gives now, if any: the errno a failed Blob read does not carry. */
+async function whyUnreadable(path: string): Promise<unknown> {
+  try {
+    await (await fsp.open(path, 'r')).close();
+    return undefined;
+  } catch (e) {
+    return e;
+  }
+}
+
+/** A cache file is not a path to choose: its way out is the cache's owner. */
+const ownerHint = (context: string) => ({ context, elsewhere: 'run hypsink as the user that owns the cache' });
 
 /** An open data file; free it when done (wasm memory is not garbage-collected). */
 export class ParquetReader {
@@ -163,7 +180,7 @@ export class ParquetReader {
     try {
       blob = await openAsBlob(path);
     } catch (e) {
-      throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} listed in the manifest cannot be opened: ${(e as Error).message}`, { cause: e });
+      throw accessError(e, ownerHint(`data file ${path}`)) ?? new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} listed in the manifest cannot be opened: ${(e as Error).message}`, { cause: e });
     }
     counters.filesOpened += 1;
     const bytes = new ByteReads(path, readFaulted(path));

@@ -12,6 +12,7 @@ import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { generationDir, retireGeneration, TRASH_PREFIX, takeLease } from './generations.js';
 import { type Cursor, checkCursor, emptyManifest, type Manifest, readManifest, writeManifest } from './manifest.js';
 import { encodeSegment } from './segments.js';
+import { mkdirs } from '../io/mkdirs.js';
 
 export function partitionRef(dataset: string, source: string): PartitionRef {
   const ds = encodeSegment(dataset);
@@ -59,7 +60,7 @@ export class PartitionStore {
   async ensure(): Promise<Cursor> {
     const cur = await this.readCursor();
     if (cur) return cur;
-    await fsp.mkdir(generationDir(this.dir, 0), { recursive: true });
+    await mkdirs(generationDir(this.dir, 0));
     await writeJsonAtomic(join(this.dir, 'partition.json'), { v: 1, dataset: this.ref.dataset, source: this.ref.source });
     await writeManifest(this.manifestPath(0), emptyManifest(0));
     const cursor: Cursor = { v: 1, generation: 0 };

@@ -13,11 +13,12 @@ import { buildColumn, buildUtf8, cacheSchema, SEQ_COLUMN } from './columns.js';
 import { generationDir } from './generations.js';
 import { type Manifest, manifestRows } from './manifest.js';
 import type { PartitionStore } from './partition.js';
+import { mkdirs } from '../io/mkdirs.js';
 
 export async function startGeneration(store: PartitionStore, generation: number): Promise<string> {
   const dir = generationDir(store.dir, generation);
   await fsp.rm(dir, { recursive: true, force: true }); // a rewrite that crashed before its swap
-  await fsp.mkdir(dir, { recursive: true });
+  await mkdirs(dir);
   return dir;
 }
 

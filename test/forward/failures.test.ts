@@ -107,6 +107,9 @@ test('connection refused: retried with backoff within the budget, then a retryab
       assert.match(e.message, /after 4 tries: ECONNREFUSED/);
       assert.match(e.message, new RegExp(`http://127\\.0\\.0\\.1:${port}/v1/ingest/activity`));
       assert.equal((e.cause as { code?: string }).code, 'ECONNREFUSED');
+      // Nothing answered: the next step is the receiver or the url, not only waiting.
+      assert.match(e.hint, new RegExp(`nothing answers at http://127\\.0\\.0\\.1:${port}: check that the receiver is running and that the sink's config\\.url is right`));
+      assert.match(e.hint, /retried/);
       return true;
     },
   );

@@ -20,7 +20,7 @@ import type {
 import { backoffMs, ladderStep, linkSignals, parkedWait, parseRetryAfter } from './backoff.js';
 import { checkReceiver } from './check.js';
 import type { ForwardConfig } from './config.js';
-import { ForwardError } from './errors.js';
+import { ForwardError, unreachableHint } from './errors.js';
 import { ledgerUnits } from './ledger.js';
 import { buildRequest } from './request-builder.js';
 import { ForwardService } from './service.js';
@@ -151,7 +151,7 @@ export class ForwardShipper implements UnitShipper {
                 `sink "${this.ctx.sink}": could not deliver ${where} to ${this.service.describe(req.path)} ` +
                   `after ${failures} ${failures === 1 ? 'try' : 'tries'}: ${out.message}; the partition is retried on a later tick`,
               ),
-              { retryable: true, status: out.status, batchId: unit.id, cause: this.causeOf(out.code, out.message) },
+              { retryable: true, status: out.status, batchId: unit.id, cause: this.causeOf(out.code, out.message), hint: unreachableHint(out.code, this.service.describe('')) },
             );
           }
           log.warn(

@@ -18,6 +18,7 @@ import { promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
 import {
+  accessError,
   type BlobBody,
   type BlobDestination,
   HypsinkError,
@@ -161,6 +162,9 @@ class LocalFsDestination implements BlobDestination {
   }
 
   private fsError(e: unknown, path: string): HypsinkError {
+    // Permission or read-only: permanent, naming the path refused and the user (@ref LLP 0033).
+    const denied = accessError(e, { context: `sink "${this.sink}": cannot write ${path}`, elsewhere: "set this sink's config.dir to a folder it may write" });
+    if (denied) return denied;
     const code = (e as NodeJS.ErrnoException).code;
     // A full disk or a transient I/O error may clear; permissions and bad paths will not.
     const retryable = code === 'ENOSPC' || code === 'EIO' || code === 'EAGAIN' || code === 'EBUSY';
