@@ -18,6 +18,7 @@ import { deadPort } from '../forward/helpers.js';
 import { FIXTURE_PLUGINS, type Json, openKernel, runBin, sampleConfig, writeConfig } from '../support/kernel.js';
 import { S3RVER_ACCESS_KEY_ID, S3RVER_SECRET_ACCESS_KEY, startS3Server, type TestS3Server } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
+import { CHILD_USER, childTempDir, giveToChild, lockOut, runCli } from '../support/cli-child.js';
 
 const TOKEN = 'validate-connect-Tk7Qz9Lw2Xp4';
 const WRONG = 'validate-wrong-Zr8Mn3Bq6Yt1';
@@ -207,6 +208,21 @@ describe('local-fs: real folders', () => {
     assert.ok(line.includes(join(dir, 'notes.txt')), line);
     assert.match(line, /regular file/);
     assert.equal(await fsp.readFile(join(dir, 'notes.txt'), 'utf8'), 'mine\n');
+  });
+
+  test('a folder its user may not write: FAILED with HYPSINK_ERR_ACCESS naming the folder and the user, as an export would', async () => {
+    const dir = childTempDir();
+    const config = await writeConfig(dir, { ...sampleConfig(), sinks: { archive: localFs('exports') } });
+    await giveToChild(dir);
+    await fsp.mkdir(join(dir, 'exports'));
+    await lockOut(join(dir, 'exports'));
+    const v = await runCli(['validate', '--connect', '--config', config], { cwd: dir });
+    assert.equal(v.code, 1, v.stderr + v.stdout);
+    const line = lineOf(v.stdout, 'archive');
+    assert.match(line, /^sink "archive": FAILED — HYPSINK_ERR_ACCESS: /);
+    assert.ok(line.includes(join(dir, 'exports')), line);
+    assert.ok(line.includes(`user "${CHILD_USER.name}" (uid ${CHILD_USER.uid})`), line);
+    assert.deepEqual(await fsp.readdir(join(dir, 'exports')), [], 'nothing written');
   });
 
   test('a root that is a symbolic link: FAILED unless followRootLinks', async () => {

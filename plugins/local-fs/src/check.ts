@@ -8,32 +8,22 @@
  * @ref LLP 0036: what each connection check proves
  */
 import { constants, promises as fsp } from 'node:fs';
-import { userInfo } from 'node:os';
 import { dirname, join, parse, sep } from 'node:path';
-import { HypsinkError } from 'hypsink/plugin';
+import { accessError, HypsinkError, runningAs } from 'hypsink/plugin';
 import { tempName } from './files.js';
 import { checkRootLevel, kindOf, linkTarget, lstatOrNull, O_NOFOLLOW, treeError } from './tree.js';
-
-/** The user this process runs as, for messages about permissions. */
-function whoAmI(): string {
-  try {
-    return `user ${userInfo().username}`;
-  } catch {
-    return `uid ${process.getuid?.() ?? '?'}`;
-  }
-}
 
 const AGAIN = 'then run "hypsink validate --connect" again';
 
 export async function checkFolder(sink: string, root: string, followRootLinks: boolean, tmp: string): Promise<string> {
-  const user = whoAmI();
-  const refused = (path: string, e: unknown, what: string) => {
-    const code = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
-    return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${sink}": ${path} ${what} by ${user} (${code})`, {
+  const user = runningAs();
+  // A permission is HYPSINK_ERR_ACCESS, worded as an export words it (@ref LLP 0033); anything else, the destination.
+  const refused = (path: string, e: unknown, what: string) =>
+    accessError(e, { context: `sink "${sink}": ${path} ${what}`, elsewhere: `set config.dir of sink "${sink}" to a folder it may write` }) ??
+    new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${sink}": ${path} ${what} by ${user} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`, {
       cause: e,
-      hint: `Give ${user} write access to ${path}, or set config.dir of sink "${sink}" to a folder it may write; ${AGAIN}.`,
+      hint: `Set config.dir of sink "${sink}" to a folder ${user} may write; ${AGAIN}.`,
     });
-  };
 
   // The root's path, component by component, as an export walks it, but creating nothing.
   const top = parse(root).root;
