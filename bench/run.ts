@@ -17,7 +17,7 @@ import { parseArgs } from 'node:util';
 import Table from 'cli-table3';
 import { GROUPS } from './figures/index.js';
 import { createContext } from './lib/context.js';
-import type { Figure } from './lib/figure.js';
+import { type Figure, showSpread } from './lib/figure.js';
 
 const { values } = parseArgs({
   options: {
@@ -58,7 +58,7 @@ try {
     try {
       const got = await g.run(ctx);
       figures.push(...got);
-      ctx.progress(`${g.id}: done in ${((performance.now() - t0) / 1000).toFixed(1)}s: ${got.map((f) => `${f.name}=${f.value}`).join(', ')}`);
+      ctx.progress(`${g.id}: done in ${((performance.now() - t0) / 1000).toFixed(1)}s: ${got.map((f) => `${f.name}=${f.value} [${showSpread(f.spread)}]`).join(', ')}`);
     } catch (e) {
       const error = e instanceof Error ? (e.stack ?? e.message) : String(e);
       errors.push({ group: g.id, error });
@@ -81,8 +81,8 @@ const results = {
 await fsp.writeFile(values.out, `${JSON.stringify(results, null, 2)}\n`);
 
 const plain = !process.stdout.isTTY;
-const table = new Table({ head: ['figure', 'value', 'target', 'pass'], ...(plain ? { style: { head: [], border: [] } } : {}) });
-for (const f of figures) table.push([f.name, String(f.value), f.target, f.pass ? 'yes' : 'NO']);
+const table = new Table({ head: ['figure', 'value', 'spread: min / median / max', 'target', 'pass'], ...(plain ? { style: { head: [], border: [] } } : {}) });
+for (const f of figures) table.push([f.name, String(f.value), showSpread(f.spread), f.target, f.pass ? 'yes' : 'NO']);
 process.stdout.write(`${table.toString()}\n`);
 process.stdout.write(
   `${values.quick ? 'quick' : 'full'} run, ${results.seconds}s, ${figures.filter((f) => f.pass).length}/${figures.length} figures meet their target; details in ${values.out}\n`,

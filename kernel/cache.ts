@@ -318,11 +318,16 @@ export class Cache {
       for (const seg of segments) {
         const built = await this.encoder.segment(seg.path, ref.dataset, schema);
         try {
+          // The seqs this segment's commits will take from here on: a reservation covers no more (LLP 0039).
+          let ahead = built.partitions.reduce((n, p) => n + p.rows.rows, 0);
           for (const { source, rows } of built.partitions) {
             const store = new PartitionStore(this.root, partitionRef(ref.dataset, source), this.writer);
+            const coming = ahead;
+            ahead -= rows.rows;
             const res = await this.partitionMutex.run(store.ref.path, () =>
               commitRows(store, this.allocator, {
                 rows,
+                ahead: coming,
                 batchId: `${spool.key}#${seg.n}`,
                 marker: { spool: spool.key, segment: seg.n },
                 spoolExists: (key) => exists(join(this.root, 'spools', key)),

@@ -69,6 +69,6 @@ export const ingest: FigureGroup = {
       cpuMs: cpuMs.map(Math.round),
       rowsPerCpuS: Math.round(rows / (median(cpuMs) / 1000)),
     });
-    return [figure('ingest_flush_rows_per_s', rate, ge(200_000))];
+    return [figure('ingest_flush_rows_per_s', rate, ge(200_000), ms.map((x) => rows / (x / 1000)))];
   },
 };

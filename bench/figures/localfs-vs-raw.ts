@@ -76,7 +76,7 @@ export const localFsVsRaw: FigureGroup = {
     } finally {
       await k.close();
     }
-    const { paired, details } = pairedRates(rows, exportMs, rawMs);
+    const { paired, ratios, details } = pairedRates(rows, exportMs, rawMs);
     ctx.detail('localfs_export_vs_raw_parquet', {
       rows,
       cacheFiles: files.length,
@@ -86,6 +86,6 @@ export const localFsVsRaw: FigureGroup = {
       exportCpuMs: exportCpuMs.map(Math.round),
       rawMs: rawMs.map(Math.round),
     });
-    return [figure('localfs_export_vs_raw_parquet', paired, ge(0.7))];
+    return [figure('localfs_export_vs_raw_parquet', paired, ge(0.7), ratios)];
   },
 };

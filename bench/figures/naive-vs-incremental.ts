@@ -42,6 +42,7 @@ export const naiveVsIncremental: FigureGroup = {
     }
     if (exported !== TICKS * ROWS_PER_TICK) throw new Error(`naive: the sink exported ${exported} rows`);
     ctx.detail('naive_vs_incremental_rows_read_50_ticks', { ticks: TICKS, rowsPerTick: ROWS_PER_TICK, incrementalRowsRead: incremental, naiveRowsRead: naive });
-    return [figure('naive_vs_incremental_rows_read_50_ticks', incremental / naive, le(0.1))];
+    // Row counts, not times: the same on every run.
+    return [figure('naive_vs_incremental_rows_read_50_ticks', incremental / naive, le(0.1), [incremental / naive])];
   },
 };

@@ -53,9 +53,9 @@ export const noNewTick: FigureGroup = {
         ctx.detail('no_new_tick_100_partitions_files_opened', { ...d, archiveTickMs: Math.round(a.ms), forwardTickMs: Math.round(f.ms) });
         ctx.detail('no_new_tick_100_partitions_bytes_sent', { newFiles, receiverRequests: requests, localFsBytes: files1.bytes - files0.bytes, forwardBytes: f.value.bytes });
         return [
-          figure('no_new_tick_100_partitions_files_opened', d.filesOpened, eq(0)),
+          figure('no_new_tick_100_partitions_files_opened', d.filesOpened, eq(0), [d.filesOpened]),
           // Any request or new file is traffic, even an empty one.
-          figure('no_new_tick_100_partitions_bytes_sent', bytes, eq(0), requests === 0 && newFiles === 0),
+          figure('no_new_tick_100_partitions_bytes_sent', bytes, eq(0), [bytes], requests === 0 && newFiles === 0),
         ];
       } finally {
         await k.close();

@@ -63,6 +63,6 @@ export const peakRss: FigureGroup = {
       memoryAtEndMb: run.end,
       idleMemoryAtEndMb: idle.end,
     });
-    return [figure('peak_rss_export_1m_mb', run.peakRssKb / 1024, le(300))];
+    return [figure('peak_rss_export_1m_mb', run.peakRssKb / 1024, le(300), [run.peakRssKb / 1024])];
   },
 };

@@ -10,6 +10,7 @@ import * as http from 'node:http';
 import { join } from 'node:path';
 import type { BenchContext } from '../lib/context.js';
 import { figure, type FigureGroup, le } from '../lib/figure.js';
+import { median } from '../lib/measure.js';
 import { REPO, spawnReceiver } from '../lib/receiver.js';
 
 const ABUSERS = 50;
@@ -28,14 +29,14 @@ function probe(url: string): Promise<number> {
   });
 }
 
-async function medianOf(url: string, n: number): Promise<number> {
+/** `n` probes one after another: their median latency, and each. */
+async function probes(url: string, n: number): Promise<{ median: number; ms: number[] }> {
   const ms: number[] = [];
   for (let i = 0; i < n; i++) {
     ms.push(await probe(url));
     await new Promise((r) => setTimeout(r, 5));
   }
-  ms.sort((a, b) => a - b);
-  return ms[Math.floor(ms.length / 2)]!;
+  return { median: median(ms), ms };
 }
 
 function startAbuse(url: string): Promise<{ child: ChildProcess; sent: () => number }> {
@@ -56,22 +57,25 @@ function startAbuse(url: string): Promise<{ child: ChildProcess; sent: () => num
 }
 
 /** The ratio for a receiver started with `args`, and what it was computed from. */
-async function measure(ctx: BenchContext, name: string, args: readonly string[]): Promise<{ ratio: number; detail: Record<string, number> }> {
+async function measure(ctx: BenchContext, name: string, args: readonly string[]): Promise<{ ratio: number; samples: number[]; detail: Record<string, number> }> {
   const dir = await ctx.tempDir(`abuse-${name}`);
   const receiver = await spawnReceiver(join(dir, 'receiver'), TOKEN, args);
   const n = ctx.size(400, 150);
   try {
-    await medianOf(receiver.url, 20); // warm up
-    const idle = await medianOf(receiver.url, n);
+    await probes(receiver.url, 20); // warm up
+    const idle = (await probes(receiver.url, n)).median;
     const abuse = await startAbuse(receiver.url);
     try {
       const s0 = abuse.sent();
       const t0 = performance.now();
-      const abused = await medianOf(receiver.url, n);
+      const under = await probes(receiver.url, n);
+      const abused = under.median;
       const perSec = ((abuse.sent() - s0) / (performance.now() - t0)) * 1000;
       ctx.progress(`abuse (${name}): health median idle ${idle.toFixed(2)} ms, under abuse ${abused.toFixed(2)} ms; ${Math.round(perSec)} abusive requests/s`);
       return {
         ratio: abused / idle,
+        // Each probe under abuse against the idle median: their median is the ratio.
+        samples: under.ms.map((x) => x / idle),
         detail: { idleMedianMs: Number(idle.toFixed(3)), abusedMedianMs: Number(abused.toFixed(3)), abuseRequestsPerSec: Math.round(perSec), probes: n },
       };
     } finally {
@@ -90,6 +94,6 @@ export const receiverAbuse: FigureGroup = {
     const held = await measure(ctx, 'default', []);
     const unheld = await measure(ctx, 'no 401 delay', ['--unauthorized-delay-ms', '0']);
     ctx.detail('receiver_health_under_abuse_vs_idle', { abusers: ABUSERS, ...held.detail, withoutUnauthorizedDelay: { ratio: Number(unheld.ratio.toFixed(3)), ...unheld.detail } });
-    return [figure('receiver_health_under_abuse_vs_idle', held.ratio, le(3))];
+    return [figure('receiver_health_under_abuse_vs_idle', held.ratio, le(3), held.samples)];
   },
 };

@@ -16,8 +16,11 @@ export function median(xs: readonly number[]): number {
 export function pairedRates(rows: number, exportMs: readonly number[], rawMs: readonly number[]) {
   const exportRate = rows / (median(exportMs) / 1000);
   const rawRate = rows / (median(rawMs) / 1000);
+  const ratios = exportMs.map((e, i) => rawMs[i]! / e);
   return {
-    paired: median(exportMs.map((e, i) => rawMs[i]! / e)),
+    paired: median(ratios),
+    /** Each pair's ratio: the figure's spread. */
+    ratios,
     details: {
       exportRowsPerS: Math.round(exportRate),
       rawRowsPerS: Math.round(rawRate),

@@ -16,7 +16,22 @@ export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export interface ReceiverProcess {
   readonly url: string;
   readonly dataDir: string;
+  /** CPU time (user + system) the receiver process has used so far, in ms (Linux /proc; NaN elsewhere). */
+  cpuMs(): Promise<number>;
   close(): Promise<void>;
+}
+
+/** utime + stime of a process from /proc/<pid>/stat (fields 14 and 15, after the parenthesised name), in ms. */
+async function procCpuMs(pid: number | undefined): Promise<number> {
+  if (pid === undefined) return Number.NaN;
+  try {
+    const stat = await fsp.readFile(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // Clock ticks of 10 ms (USER_HZ 100 on Linux).
+    return (Number(f[11]) + Number(f[12])) * 10;
+  } catch {
+    return Number.NaN;
+  }
 }
 
 export async function spawnReceiver(dataDir: string, token: string, extraArgs: readonly string[] = []): Promise<ReceiverProcess> {
@@ -52,7 +67,7 @@ export async function spawnReceiver(dataDir: string, token: string, extraArgs: r
     child.stdout!.on('data', onData);
     child.once('exit', (code) => reject(new Error(`receiver exited (${code}) before listening: ${stderr.trim()}`)));
   });
-  return { url, dataDir, close: () => stop(child, exited) };
+  return { url, dataDir, cpuMs: () => procCpuMs(child.pid), close: () => stop(child, exited) };
 }
 
 async function stop(child: ChildProcess, exited: Promise<void>): Promise<void> {

@@ -3,7 +3,11 @@
  * `<cacheRoot>/_hyp_ingest_seq.json` as the decimal end of the last durably
  * reserved block. A block is reserved (write-file-atomic, fsync) before any
  * seq in it is stamped, so a crash leaves gaps but never re-issues a seq.
+ * A block is sized by what its caller says it will take (a flush: the rows of
+ * its segment), so a process does not die holding seqs nobody will stamp; the
+ * file only ever moves up.
  * @ref LLP 0001: allocator and commit ordering
+ * @ref LLP 0039: a reservation sized by what the flush will take
  */
 import { join } from 'node:path';
 import { HypsinkError } from '../../types/errors.js';
@@ -23,7 +27,7 @@ export interface SeqRange {
   readonly last: bigint;
 }
 
-/** A commit larger than the block size reserves this many times its size: the next large commits take seqs without a durable write. */
+/** A commit larger than the block size may reserve up to this many times its size. */
 const LARGE_COMMIT_BLOCKS = 4;
 
 export class SeqAllocator {
@@ -55,8 +59,15 @@ export class SeqAllocator {
     this.stale = true;
   }
 
-  /** `n` contiguous seqs. Caller holds the cache writer lock and the partition's commit section. */
-  allocate(n: number): Promise<SeqRange> {
+  /**
+   * `n` contiguous seqs. Caller holds the cache writer lock and the partition's
+   * commit section. `ahead`: how many seqs the caller will take from here on,
+   * `n` included (a flush: the rows of its segment not yet committed). A
+   * reservation is a block (or 4 × `n` for a commit larger than a block),
+   * capped at `ahead`: what a process leaves unstamped when it exits is then
+   * only what it was told would come and did not (a commit found done already).
+   */
+  allocate(n: number, ahead?: number): Promise<SeqRange> {
     if (!Number.isInteger(n) || n <= 0) throw new RangeError(`allocate(${n})`);
     return this.mutex.run('alloc', async () => {
       const want = BigInt(n);
@@ -69,11 +80,18 @@ export class SeqAllocator {
         }
       }
       if (this.end - this.next + 1n < want) {
-        // Contiguity within a commit keeps pruned-range records compact; the rest of the block is a gap.
+        // Contiguity within a commit keeps pruned-range records compact.
         const reserved = await this.readReserved();
-        const first = reserved + 1n;
+        // Nobody reserved since our block (the file only moves up, and only under the writer lock):
+        // its rest is still ours alone, so the new block goes on from it and no seq is skipped.
+        // @ref LLP 0039
+        const first = reserved === this.end ? this.next : reserved + 1n;
+        // A block, or for a large commit four times its size (the next large commits need no durable write),
+        // but never more than the caller says will come: a process exits holding nothing it was not told of.
         const block = BigInt(this.blockSize);
-        const size = want > block ? want * BigInt(LARGE_COMMIT_BLOCKS) : block;
+        const cap = want > block ? want * BigInt(LARGE_COMMIT_BLOCKS) : block;
+        const coming = ahead === undefined ? cap : BigInt(Math.max(n, ahead));
+        const size = coming < cap ? coming : cap;
         const end = first + size - 1n;
         await this.guard?.assertHeld(`reserving seqs ${first}..${end} in ${this.path}`);
         await writeJsonAtomic(this.path, { v: 1, reservedThrough: end.toString() } satisfies AllocatorFile);

@@ -31,6 +31,8 @@ export interface CommitRows {
 export interface CommitInput {
   readonly rows: CommitRows;
   readonly batchId: string;
+  /** Seqs the caller's commits will take from here on, these rows' included: sizes the allocator's reservation (LLP 0039). */
+  readonly ahead?: number;
   /** The spool segment these rows came from; recorded in the same manifest write. */
   readonly marker: { spool: string; segment: number };
   /**
@@ -139,7 +141,7 @@ export async function commitRows(
     // A crash came after this partition's commit and before the segment was deleted.
     return { committed: false, rows: 0, highWater: null };
   }
-  const range = await allocator.allocate(input.rows.rows);
+  const range = await allocator.allocate(input.rows.rows, input.ahead);
   const file = await input.rows.encode(range.first, input.batchId);
   // Paired assertion across the thread boundary: the file holds exactly the seqs allocated.
   const first = file.rowGroups[0]?.minSeq;

@@ -9,6 +9,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import type { Cache } from '../../kernel/cache.js';
+import { SeqAllocator } from '../../kernel/flush/allocator.js';
 import { continuation } from '../../types/storage.js';
 import { COLS, collect, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
@@ -125,11 +126,14 @@ describe('retention', () => {
     const root = tempDir();
     const a = await openCache(root);
     const b = await openCache(root);
-    // Alternating writers leave gaps (each takes a fresh block).
+    // Another writer takes seqs between the flushes (for rows of another partition): gaps in web's seqs.
+    const other = new SeqAllocator(root);
     for (let i = 0; i < 4; i++) {
       const c = i % 2 ? b : a;
       await c.appendRows({ dataset: 'events', id: `w${i % 2}` }, COLS, rows('web', i * 10, 3));
       await c.flushTable({ dataset: 'events', id: `w${i % 2}` });
+      other.invalidate();
+      await other.allocate(1);
     }
     const before = await seqsOf(a, 'web');
     assert.ok(before[3]!.seq - before[2]!.seq > 1n, 'a gap between the writers');
