@@ -11,13 +11,12 @@
  * @ref LLP 0038: the receiver's ledger endpoint
  */
 import { createHash } from 'node:crypto';
-import * as http from 'node:http';
-import * as https from 'node:https';
 import type { Continuation, HeldUnit, PartitionRef, SinkBuildContext } from 'hypsink/plugin';
 import { backoffMs, parkedWait } from './backoff.js';
 import type { ForwardConfig } from './config.js';
 import { ForwardError } from './errors.js';
 import { encodePartitionValue, encodeSegment } from './request-builder.js';
+import type { ForwardService } from './service.js';
 
 /** A page of ledger entries is at most 10 000 short lines: anything much bigger is not one. */
 const MAX_PAGE_BYTES = 32 * 1024 * 1024;
@@ -28,36 +27,10 @@ interface Page {
   readonly next: number | null;
 }
 
-type Got = { kind: 'ok'; status: number; text: string } | { kind: 'failed'; message: string };
-
 /** The ids the first scheme gave (LLP 0008 §2), before the cache's id was mixed in. */
 function idV1(cfg: ForwardConfig, sink: string, p: PartitionRef, from: string, until: string): string {
   const material = JSON.stringify(['hypsink.forward.batch.v1', cfg.idNamespace ?? null, sink, p.dataset, p.key, from, until]);
   return `hfw1-${from}-${until}-${createHash('sha256').update(material).digest('hex').slice(0, 32)}`;
-}
-
-function get(url: URL, token: string | undefined, timeoutMs: number, signal: AbortSignal): Promise<Got> {
-  const mod = url.protocol === 'https:' ? https : http;
-  return new Promise((resolve) => {
-    const req = mod.request(
-      url,
-      { method: 'GET', headers: token === undefined ? {} : { Authorization: `Bearer ${token}` }, signal, timeout: timeoutMs },
-      (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (c: Buffer) => {
-          size += c.length;
-          if (size > MAX_PAGE_BYTES) res.destroy(new Error(`the answer passed ${MAX_PAGE_BYTES} bytes`));
-          else chunks.push(c);
-        });
-        res.on('end', () => resolve({ kind: 'ok', status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-        res.on('error', (e) => resolve({ kind: 'failed', message: e.message }));
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    req.on('error', (e: NodeJS.ErrnoException) => resolve({ kind: 'failed', message: `${e.code ?? e.name}: ${e.message}` }));
-    req.end();
-  });
 }
 
 function parsePage(text: string): Page | null {
@@ -73,6 +46,7 @@ function parsePage(text: string): Page | null {
 
 /** This sink's batches of `p` the receiver's ledger holds. */
 export async function* ledgerUnits(
+  service: ForwardService,
   cfg: ForwardConfig,
   ctx: SinkBuildContext,
   p: PartitionRef,
@@ -82,14 +56,16 @@ export async function* ledgerUnits(
   const where = `${cfg.url}/v1/ledger`;
   let after = 0;
   for (;;) {
-    const url = new URL(`${cfg.url}/v1/ledger?dataset=${encodeSegment(p.dataset)}&source=${encodePartitionValue(p.source)}&after=${after}`);
+    const path = `/v1/ledger?dataset=${encodeSegment(p.dataset)}&source=${encodePartitionValue(p.source)}&after=${after}`;
+    const auth: Record<string, string> = cfg.token === undefined ? {} : { authorization: `Bearer ${cfg.token}` };
     let page: Page | null = null;
     for (let failures = 1; page === null; failures++) {
-      const got = await get(url, cfg.token, cfg.timeoutMs, signal);
-      if (signal.aborted) throw new ForwardError('HYPSINK_ERR_ABORTED', `sink "${ctx.sink}": reading ${where} was stopped`);
+      const got = await service.get(path, auth, signal, MAX_PAGE_BYTES);
+      if (got.kind === 'aborted' || signal.aborted) throw new ForwardError('HYPSINK_ERR_ABORTED', `sink "${ctx.sink}": reading ${where} was stopped`);
       let passing: string;
       if (got.kind === 'failed') passing = got.message;
       else if (got.status === 200) {
+        if (got.cut) throw new ForwardError('HYPSINK_ERR_DESTINATION', `sink "${ctx.sink}": ${where} answered a page of more than ${MAX_PAGE_BYTES} bytes; a ledger page is far smaller`);
         page = parsePage(got.text);
         if (page === null) throw new ForwardError('HYPSINK_ERR_DESTINATION', `sink "${ctx.sink}": ${where} answered 200 with no ledger page ({"entries":[…],"next":…})`);
         break;

@@ -1,5 +1,5 @@
 /**
- * One POST to the receiver and what its answer means. No retries here: the
+ * One request to the receiver and what its answer means. No retries here: the
  * shipper decides what to do with each outcome. node:http rather than fetch so
  * the shipper owns its keep-alive pool (close() releases it) and never follows
  * a redirect (which would carry the bearer token to another address).
@@ -29,8 +29,15 @@ export type Outcome =
 
 /** What one GET of the connection check came to. */
 export type GetOutcome =
-  | { readonly kind: 'answer'; readonly status: number; readonly text: string; readonly message: string }
+  /** `cut`: the body was longer than asked for, and `text` is its start. */
+  | { readonly kind: 'answer'; readonly status: number; readonly text: string; readonly message: string; readonly cut: boolean }
   | { readonly kind: 'failed'; readonly message: string }
+  | { readonly kind: 'aborted' };
+
+/** One request's end, before it means anything. */
+type Exchange =
+  | { readonly kind: 'answer'; readonly status: number; readonly headers: http.IncomingHttpHeaders; readonly text: string; readonly cut: boolean }
+  | { readonly kind: 'failed'; readonly code: string; readonly message: string; readonly reused: boolean; readonly timedOut: boolean }
   | { readonly kind: 'aborted' };
 
 /** Error bodies are for messages only: never read more than this of one. */
@@ -97,83 +104,35 @@ export class ForwardService {
   }
 
   /** POST once. Never throws: every failure is an Outcome. */
-  post(req: BatchRequest, signal: AbortSignal): Promise<Outcome> {
-    if (signal.aborted) return Promise.resolve({ kind: 'aborted' });
-    return new Promise<Outcome>((resolve) => {
-      const attempt = new AbortController();
-      let timedOut = false;
-      const timer = setTimeout(() => {
-        timedOut = true;
-        attempt.abort();
-      }, this.timeoutMs);
-      const onAbort = () => attempt.abort();
-      signal.addEventListener('abort', onAbort, { once: true });
-      let settled = false;
-      const settle = (o: Outcome) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        resolve(o);
-      };
-      const onFailure = (err: NodeJS.ErrnoException, reused: boolean) => {
-        if (signal.aborted) return settle({ kind: 'aborted' });
-        if (timedOut) {
-          return settle({
-            kind: 'transient',
-            code: 'ETIMEDOUT',
-            message: `no answer within ${this.timeoutMs} ms`,
-            staleSocket: false,
-          });
-        }
-        const code = err.code ?? err.name;
-        settle({
-          kind: 'transient',
-          code,
-          message: `${code}: ${err.message}`,
-          staleSocket: reused && code === 'ECONNRESET',
-        });
-      };
-      const cr = this.mod.request(
-        {
-          hostname: this.hostname,
-          port: this.port,
-          // An explicit path: URL parsing would resolve '.'/'..' dataset segments away.
-          path: this.basePath + req.path,
-          method: 'POST',
-          headers: req.headers,
-          agent: this.agent,
-          signal: attempt.signal,
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          let size = 0;
-          res.on('data', (c: Buffer) => {
-            if (size < MAX_ERROR_BODY) chunks.push(c);
-            size += c.length;
-          });
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY).toString('utf8');
-            settle(classify(res.statusCode ?? 0, res.headers, text));
-          });
-          res.on('error', (e) => onFailure(e, false));
-          res.on('aborted', () => onFailure(new Error('the response was cut off'), false));
-        },
-      );
-      cr.on('error', (e) => onFailure(e, cr.reusedSocket));
-      cr.end(req.body);
-    });
+  async post(req: BatchRequest, signal: AbortSignal): Promise<Outcome> {
+    const x = await this.exchange('POST', req.path, req.headers, req.body, signal, MAX_ERROR_BODY);
+    if (x.kind === 'answer') return classify(x.status, x.headers, x.text);
+    if (x.kind === 'aborted') return x;
+    if (x.timedOut) return { kind: 'transient', code: 'ETIMEDOUT', message: `no answer within ${this.timeoutMs} ms`, staleSocket: false };
+    return { kind: 'transient', code: x.code, message: `${x.code}: ${x.message}`, staleSocket: x.reused && x.code === 'ECONNRESET' };
   }
 
   /**
-   * GET once, for the connection check: the status and (the start of) the body,
-   * or why no answer came. Never throws, never follows a redirect.
+   * GET once (the connection check, the ledger read): the status and up to
+   * `maxBytes` of the body, or why no answer came. Never throws, never follows
+   * a redirect.
    */
-  get(path: string, headers: Record<string, string>, signal: AbortSignal): Promise<GetOutcome> {
+  async get(path: string, headers: Record<string, string>, signal: AbortSignal, maxBytes = MAX_ERROR_BODY): Promise<GetOutcome> {
+    const x = await this.exchange('GET', path, headers, undefined, signal, maxBytes);
+    if (x.kind === 'answer') return { kind: 'answer', status: x.status, text: x.text, message: serverMessage(x.text), cut: x.cut };
+    if (x.kind === 'aborted') return x;
+    return { kind: 'failed', message: x.timedOut ? `no answer within ${this.timeoutMs} ms (config.timeoutMs)` : `${x.code}: ${x.message}` };
+  }
+
+  /**
+   * One request on the pool, bounded by `timeoutMs` and the caller's signal,
+   * settled once: the answer (its first `maxBytes`), the failure, or the abort.
+   */
+  private exchange(method: 'GET' | 'POST', path: string, headers: http.OutgoingHttpHeaders, body: Uint8Array | undefined, signal: AbortSignal, maxBytes: number): Promise<Exchange> {
     if (signal.aborted) return Promise.resolve({ kind: 'aborted' });
-    return new Promise<GetOutcome>((resolve) => {
-      let timedOut = false;
+    return new Promise<Exchange>((resolve) => {
       const attempt = new AbortController();
+      let timedOut = false;
       const timer = setTimeout(() => {
         timedOut = true;
         attempt.abort();
@@ -181,38 +140,37 @@ export class ForwardService {
       const onAbort = () => attempt.abort();
       signal.addEventListener('abort', onAbort, { once: true });
       let settled = false;
-      const settle = (o: GetOutcome) => {
+      const settle = (x: Exchange) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
-        resolve(o);
+        resolve(x);
       };
-      const failed = (err: NodeJS.ErrnoException) => {
+      const failed = (err: NodeJS.ErrnoException, reused: boolean) => {
         if (signal.aborted) return settle({ kind: 'aborted' });
-        if (timedOut) return settle({ kind: 'failed', message: `no answer within ${this.timeoutMs} ms (config.timeoutMs)` });
-        const code = err.code ?? err.name;
-        settle({ kind: 'failed', message: `${code}: ${err.message}` });
+        settle({ kind: 'failed', code: err.code ?? err.name, message: err.message, reused, timedOut });
       };
       const cr = this.mod.request(
-        { hostname: this.hostname, port: this.port, path: this.basePath + path, method: 'GET', headers, agent: this.agent, signal: attempt.signal },
+        // An explicit path: URL parsing would resolve '.'/'..' dataset segments away.
+        { hostname: this.hostname, port: this.port, path: this.basePath + path, method, headers, agent: this.agent, signal: attempt.signal },
         (res) => {
           const chunks: Buffer[] = [];
           let size = 0;
           res.on('data', (c: Buffer) => {
-            if (size < MAX_ERROR_BODY) chunks.push(c);
+            if (size < maxBytes) chunks.push(c);
             size += c.length;
           });
           res.on('end', () => {
-            const text = Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY).toString('utf8');
-            settle({ kind: 'answer', status: res.statusCode ?? 0, text, message: serverMessage(text) });
+            const text = Buffer.concat(chunks).subarray(0, maxBytes).toString('utf8');
+            settle({ kind: 'answer', status: res.statusCode ?? 0, headers: res.headers, text, cut: size > maxBytes });
           });
-          res.on('error', failed);
-          res.on('aborted', () => failed(new Error('the response was cut off')));
+          res.on('error', (e) => failed(e, false));
+          res.on('aborted', () => failed(new Error('the response was cut off'), false));
         },
       );
-      cr.on('error', failed);
-      cr.end();
+      cr.on('error', (e) => failed(e, cr.reusedSocket));
+      cr.end(body);
     });
   }
 

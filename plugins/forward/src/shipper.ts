@@ -246,7 +246,7 @@ export class ForwardShipper implements UnitShipper {
 
   /** This sink's batches of `partition` the receiver's ledger holds (GET /v1/ledger). @ref LLP 0037, LLP 0038 */
   inventory(partition: PartitionRef, opts: { signal: AbortSignal }): AsyncIterable<HeldUnit> {
-    return ledgerUnits(this.cfg, this.ctx, partition, (since, until) => this.unitId(partition, since, until), opts.signal);
+    return ledgerUnits(this.service, this.cfg, this.ctx, partition, (since, until) => this.unitId(partition, since, until), opts.signal);
   }
 
   /** A receiver could echo anything back; the token never leaves in a message. */
