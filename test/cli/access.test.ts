@@ -13,7 +13,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { HypsinkError, accessError } from '../../types/index.js';
-import { CHILD_USER, childTempDir, giveToChild, lockOut, runCli } from '../support/cli-child.js';
+import { CHILD_USER, childTempDir, lockOut, runCli } from '../support/cli-child.js';
 import { eventLines, runBin, SAMPLE_CONFIG_TEXT, writeConfig } from '../support/kernel.js';
 
 const USER = new RegExp(`user "${CHILD_USER.name}" \\(uid ${CHILD_USER.uid}\\)`);
@@ -23,7 +23,6 @@ async function world(): Promise<string> {
   const dir = childTempDir();
   await writeConfig(dir, SAMPLE_CONFIG_TEXT);
   await fsp.writeFile(join(dir, 'f.ndjson'), eventLines(1, 3));
-  await giveToChild(dir);
   return dir;
 }
 
@@ -90,10 +89,8 @@ test('a dead-letter file and a state dir its user cannot write: HYPSINK_ERR_ACCE
   assert.equal((await ingest(dir)).code, 0);
   await fsp.mkdir(join(dir, '.hypsink/state/dead-letter'), { recursive: true });
   await fsp.writeFile(join(dir, '.hypsink/state/dead-letter/events.ndjson'), '');
-  await giveToChild(join(dir, '.hypsink/state'));
   await lockOut(join(dir, '.hypsink/state/dead-letter'));
   await fsp.writeFile(join(dir, 'bad.ndjson'), `${eventLines(10, 1)}{"id":"x"}\n`);
-  await giveToChild(join(dir, 'bad.ndjson'));
   assertAccess(await ingest(dir, 'bad.ndjson'), new RegExp(`${join(dir, '.hypsink/state/dead-letter/events.ndjson')}`));
   await lockOut(join(dir, '.hypsink/state'));
   assertAccess(await runCli(['export'], { cwd: dir }), new RegExp(`${join(dir, '.hypsink/state')}/`));
@@ -137,7 +134,6 @@ test('EPERM on a path (mkdir under /sys) is HYPSINK_ERR_ACCESS naming the path, 
   const cfg = JSON.parse(SAMPLE_CONFIG_TEXT) as { sinks: { archive: { config: { dir: string } } } };
   cfg.sinks.archive.config.dir = '/sys/hypsink-access-test';
   await writeConfig(dir, cfg);
-  await giveToChild(dir);
   assert.equal((await ingest(dir)).code, 0);
   const r = await runCli(['export'], { cwd: dir, asSelf: true });
   assert.equal(r.signal, null);

@@ -18,7 +18,7 @@ import { deadPort } from '../forward/helpers.js';
 import { FIXTURE_PLUGINS, type Json, openKernel, runBin, sampleConfig, writeConfig } from '../support/kernel.js';
 import { S3RVER_ACCESS_KEY_ID, S3RVER_SECRET_ACCESS_KEY, startS3Server, type TestS3Server } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
-import { CHILD_USER, childTempDir, giveToChild, lockOut, runCli } from '../support/cli-child.js';
+import { CHILD_USER, childTempDir, lockOut, runCli } from '../support/cli-child.js';
 
 const TOKEN = 'validate-connect-Tk7Qz9Lw2Xp4';
 const WRONG = 'validate-wrong-Zr8Mn3Bq6Yt1';
@@ -213,7 +213,6 @@ describe('local-fs: real folders', () => {
   test('a folder its user may not write: FAILED with HYPSINK_ERR_ACCESS naming the folder and the user, as an export would', async () => {
     const dir = childTempDir();
     const config = await writeConfig(dir, { ...sampleConfig(), sinks: { archive: localFs('exports') } });
-    await giveToChild(dir);
     await fsp.mkdir(join(dir, 'exports'));
     await lockOut(join(dir, 'exports'));
     const v = await runCli(['validate', '--connect', '--config', config], { cwd: dir });
