@@ -65,11 +65,21 @@ function maskFields(value: unknown, depth = 0): unknown {
   return out;
 }
 
+/** An error's stack is for debugging: above debug its record loses it. */
+function withoutStack(e: unknown): unknown {
+  if (typeof e !== 'object' || e === null) return e;
+  const { stack: _stack, ...rest } = e as Record<string, unknown>;
+  return rest;
+}
+
 export function createLogger(level = process.env.HYPSINK_LOG_LEVEL ?? 'info', dest: pino.DestinationStream | number = 2): Pino {
+  const stacks = level === 'debug' || level === 'trace';
   return pino(
     {
       level,
       base: undefined,
+      // No stack trace unless HYPSINK_LOG_LEVEL=debug, in a log line as on the terminal (docs/ERRORS.md).
+      serializers: stacks ? {} : { err: (e: unknown) => withoutStack(pino.stdSerializers.err(e as Error)) },
       redact: {
         paths: ['token', '*.token', 'authorization', '*.authorization', 'secretAccessKey', '*.secretAccessKey', 'password'],
         censor: '***',

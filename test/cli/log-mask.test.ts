@@ -7,15 +7,15 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { createLogger, registerSecret } from '../../kernel/log.js';
 
-function capture(): { lines: string[]; log: ReturnType<typeof createLogger> } {
+function capture(level = 'info'): { lines: string[]; log: ReturnType<typeof createLogger> } {
   const lines: string[] = [];
-  return { lines, log: createLogger('info', { write: (s: string) => void lines.push(s) }) };
+  return { lines, log: createLogger(level, { write: (s: string) => void lines.push(s) }) };
 }
 
 test('a secret holding a quote, a backslash or a newline is masked in messages, fields, nested values and errors', () => {
   const secrets = ['ab"cd-t0ken', 'back\\slash-t0ken', 'new\nline-t0ken'];
   for (const s of secrets) registerSecret(s);
-  const { lines, log } = capture();
+  const { lines, log } = capture('debug');
   for (const s of secrets) {
     log.info({ url: `http://x/?t=${s}`, nested: { list: [`a ${s} b`] } }, `message with ${s}`);
     log.warn({ err: new Error(`failed with ${s}`) }, 'an error');
@@ -47,4 +47,14 @@ test('fields that hold no secret keep their values, an error its message', () =>
   assert.equal(parsed.n, 1);
   assert.equal(parsed.s, 'plain');
   assert.equal(parsed.err.message, 'boom');
+});
+
+test('an error in a log line carries no stack unless the level is debug', () => {
+  for (const [level, stacks] of [['info', false], ['warn', false], ['debug', true]] as const) {
+    const { lines, log } = capture(level);
+    log.error({ err: new Error('boom') }, 'failed');
+    const err = (JSON.parse(lines[0]!) as { err: { message: string; stack?: string } }).err;
+    assert.equal(err.message, 'boom', level);
+    assert.equal(err.stack !== undefined, stacks, `${level}: ${lines[0]}`);
+  }
 });
