@@ -28,10 +28,14 @@ export class ParseWorker {
     await this.worker.call({ op: 'ping' });
   }
 
+  /** Blocks the worker has parsed since the kernel opened (it may have stopped idle since). */
+  parsedBlocks = 0;
+
   /** Parse one block. Its bytes are copied, not transferred: the caller keeps them to parse itself if the worker stops. */
   async parse(opts: ParseOptions, bytes: Uint8Array): Promise<ParseOutput> {
     const r = await this.worker.call({ op: 'block', opts, bytes });
     if (!r.out) throw new HypsinkError('HYPSINK_ERR_INVARIANT', 'ingest parse worker answered without its output');
+    this.parsedBlocks++;
     return r.out;
   }
 

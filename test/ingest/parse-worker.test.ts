@@ -66,7 +66,7 @@ async function run(bytes: Buffer, parseWorkerAfterBytes: number) {
             return { line, reason, raw };
           })
       : [];
-    return { accepted: r.accepted, rejected: r.rejected, samples: r.samples, rows, dead, worker: k.parsers.running, progress };
+    return { accepted: r.accepted, rejected: r.rejected, samples: r.samples, rows, dead, worker: k.parsers.parsedBlocks > 0, progress };
   } finally {
     await k.close();
   }
