@@ -52,7 +52,20 @@ async function run(bytes: Buffer, parseWorkerAfterBytes: number) {
   const { k } = await openKernel(await writeConfig(dir, sampleConfig()));
   try {
     const progress: number[] = [];
-    const r = await ingestNdjson(k, 'events', 'web', Readable.from(chunks(bytes)), 'input.ndjson', {
+    // Past the switch, each chunk waits for a round trip to the worker until it has parsed a
+    // block: started mid-way, the worker starts while this thread parses on, and the rest could
+    // all be parsed here before it is up (then the case tests no take-over at all). Round trips
+    // are answered in order, so once the ingest's own start has been answered, its next block
+    // goes to the worker.
+    async function* switching() {
+      let read = 0;
+      for (const c of chunks(bytes)) {
+        if (parseWorkerAfterBytes > 0 && read >= parseWorkerAfterBytes && k.parsers.parsedBlocks === 0) await k.parsers.ready();
+        read += c.length;
+        yield c;
+      }
+    }
+    const r = await ingestNdjson(k, 'events', 'web', Readable.from(switching()), 'input.ndjson', {
       parseWorkerAfterBytes,
       onProgress: (lines) => progress.push(lines),
     });
