@@ -1,5 +1,6 @@
 /** Human output: the status table and export summaries. */
 import Table from 'cli-table3';
+import stringWidth from 'string-width';
 import type { TickReport } from '../sinks/driver.js';
 import type { ForgetPlan, StatusReport } from '../runtime.js';
 import { colourful } from './colour.js';
@@ -35,27 +36,33 @@ interface Column {
   readonly drop?: number | 'blank';
 }
 
-const width = (s: string) => Math.max(0, ...s.split('\n').map((l) => [...l].length));
+/** Terminal cells, as cli-table3 measures them: a wide (CJK) character or an emoji takes two. @ref LLP 0035 */
+const cells = (s: string) => stringWidth(s);
+const width = (s: string) => Math.max(0, ...s.split('\n').map(cells));
 const isBlank = (s: string) => s === '' || s === '-' || s === '0';
 
-/** `s` in lines of at most `w` characters: broken at spaces where it can be, inside a word where it must. */
+/** `s` in lines of at most `w` terminal cells: broken at spaces where it can be, inside a word where it must. */
 export function wrapText(s: string, w: number): string {
   const out: string[] = [];
   for (const para of s.split('\n')) {
     let line = '';
     for (const word of para.split(' ')) {
-      let rest = [...word];
-      const len = [...line].length;
-      if (len > 0 && len + 1 + rest.length <= w) {
+      const len = cells(line);
+      if (len > 0 && len + 1 + cells(word) <= w) {
         line += ` ${word}`;
         continue;
       }
       if (len > 0) out.push(line);
-      while (rest.length > w) {
-        out.push(rest.slice(0, w).join(''));
-        rest = rest.slice(w);
+      // The word alone, cut where the next character would pass `w`.
+      let piece = '';
+      for (const ch of word) {
+        if (piece !== '' && cells(piece) + cells(ch) > w) {
+          out.push(piece);
+          piece = '';
+        }
+        piece += ch;
       }
-      line = rest.join('');
+      line = piece;
     }
     out.push(line);
   }

@@ -233,3 +233,39 @@ test('statusTable fits every width it is given, keeping sink, source and counts;
     for (const kept of ['archive-with-a-long-name', LONG_SOURCE, 'pending', 'exported']) assert.ok(columns.some((c) => c.includes(kept)), `at ${w}: ${kept} is shown\n${text}`);
   }
 });
+
+test('statusTable fits in terminal cells, not code points: wide (CJK) and emoji values', async () => {
+  const { statusTable } = await import('../../kernel/cli/render.js');
+  const { default: stringWidth } = await import('string-width');
+  const source = `${'東京都渋谷区の端末'.repeat(3)}🎉`;
+  const s = {
+    sinks: [
+      {
+        name: 'アーカイブ',
+        kind: 'blob' as const,
+        partitions: [
+          {
+            dataset: 'イベント',
+            source,
+            watermark: '1',
+            highWater: '2',
+            committedRows: 2,
+            pendingRows: 1,
+            exportedRows: 1,
+            intent: null,
+            gapRows: 0,
+            lastExportAt: null,
+            lastError: `HYPSINK_ERR_DESTINATION: ${'宛先が拒否しました '.repeat(4)}`,
+          },
+        ],
+      },
+    ],
+    absent: [],
+  };
+  for (const w of [40, 60, 80, 100]) {
+    const text = statusTable(s, w);
+    for (const l of text.split('\n')) assert.ok(stringWidth(l) <= w, `at ${w}: a line of ${stringWidth(l)} cells: ${l}`);
+    const flat = text.split('\n').filter((x) => x.startsWith('│')).map((l) => l.split('│')[3]!.trim()).join('');
+    assert.ok(flat.includes(source), `at ${w}: the source reads back whole down its column\n${text}`);
+  }
+});
