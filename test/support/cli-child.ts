@@ -10,14 +10,12 @@
  * after `killAfterMs` is killed and reported with its signal: a wait that
  * never ends fails the test instead of hanging it.
  */
-import { spawn } from 'node:child_process';
 import { promises as fsp, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { after } from 'node:test';
 import { BIN } from './kernel.js';
-import type { ProcResult } from './proc.js';
-import { REPO } from './proc.js';
+import { type ProcResult, type RunOptions, runProcess } from './proc.js';
 
 const ROOT = process.getuid?.() === 0;
 
@@ -31,44 +29,17 @@ export const CHILD_USER: { readonly uid: number; readonly gid: number; readonly 
   name: userInfo().username,
 };
 
-export interface ChildOptions {
-  readonly cwd?: string;
-  readonly env?: Record<string, string | undefined>;
-  readonly input?: string;
+/** As `runNode`'s, the kill bound 60 s unless given. */
+export interface ChildOptions extends RunOptions {
   /** Run with this process's own rights (as root: its capabilities kept). */
   readonly asSelf?: boolean;
-  /** Kill the child after this long (default 60 s). */
-  readonly killAfterMs?: number;
 }
 
 /** `hypsink <args>` from the sources, bound by permissions unless `asSelf`; killed (SIGKILL) after `killAfterMs`. */
 export function runCli(args: readonly string[], opts: ChildOptions = {}): Promise<ProcResult> {
-  const env: NodeJS.ProcessEnv = { ...process.env, HYPSINK_FAULT: '', HYPSINK_FAULT_AT: '', HYPSINK_LOG_LEVEL: 'warn' };
-  delete env.NODE_TEST_CONTEXT;
-  for (const [k, v] of Object.entries(opts.env ?? {})) {
-    if (v === undefined) delete env[k];
-    else env[k] = v;
-  }
   const node = [process.execPath, BIN, ...args];
-  const argv = ROOT && !opts.asSelf ? ['setpriv', DROP, ...node] : node;
-  return new Promise((resolve, reject) => {
-    const child = spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd ?? REPO, env, stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => {
-      stdout += c.toString('utf8');
-    });
-    child.stderr.on('data', (c: Buffer) => {
-      stderr += c.toString('utf8');
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), opts.killAfterMs ?? 60_000);
-    child.on('error', reject);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr, pid: child.pid ?? -1 });
-    });
-    child.stdin.end(opts.input ?? '');
-  });
+  const [command, ...rest] = ROOT && !opts.asSelf ? ['setpriv', DROP, ...node] : node;
+  return runProcess(command!, rest, { ...opts, env: { HYPSINK_LOG_LEVEL: 'warn', ...opts.env }, killAfterMs: opts.killAfterMs ?? 60_000 });
 }
 
 /**

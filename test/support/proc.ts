@@ -18,6 +18,8 @@ export interface RunOptions {
   readonly env?: Record<string, string | undefined>;
   /** Written to standard input, which is then closed. */
   readonly input?: string;
+  /** Kill the process (SIGKILL) after this long: a wait that never ends fails the test, not hangs it. */
+  readonly killAfterMs?: number;
 }
 
 /**
@@ -25,6 +27,11 @@ export interface RunOptions {
  * and without the parent's test-runner context.
  */
 export function runNode(args: readonly string[], opts: RunOptions = {}): Promise<ProcResult> {
+  return runProcess(process.execPath, args, opts);
+}
+
+/** `command <args>` as `runNode` runs node: no fault point armed, no test-runner context. */
+export function runProcess(command: string, args: readonly string[], opts: RunOptions = {}): Promise<ProcResult> {
   const env: NodeJS.ProcessEnv = { ...process.env, HYPSINK_FAULT: '', HYPSINK_FAULT_AT: '' };
   delete env.NODE_TEST_CONTEXT;
   for (const [k, v] of Object.entries(opts.env ?? {})) {
@@ -32,7 +39,8 @@ export function runNode(args: readonly string[], opts: RunOptions = {}): Promise
     else env[k] = v;
   }
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...args], { cwd: opts.cwd ?? REPO, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(command, [...args], { cwd: opts.cwd ?? REPO, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const timer = opts.killAfterMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), opts.killAfterMs);
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => {
@@ -42,7 +50,10 @@ export function runNode(args: readonly string[], opts: RunOptions = {}): Promise
       stderr += c.toString('utf8');
     });
     child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr, pid: child.pid ?? -1 }));
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr, pid: child.pid ?? -1 });
+    });
     child.stdin.end(opts.input ?? '');
   });
 }
