@@ -39,6 +39,8 @@ export const FAULT_POINTS = {
   'receiver.afterData': 'the reference receiver appended and fsynced a batch, its ledger does not list it',
   'receiver.afterLedger': 'the reference receiver ledger lists the batch, the 200 not yet sent',
   's3.afterParts': 'every multipart part is uploaded, the upload not yet completed',
+  'postgres.afterCopy': "a unit's rows are copied and its watermark row moved, in a transaction not yet committed",
+  'postgres.afterCommit': "a unit's transaction committed (rows and watermark row), the local watermark not yet written",
 } as const;
 
 export type FaultPoint = keyof typeof FAULT_POINTS;

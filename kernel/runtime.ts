@@ -396,6 +396,7 @@ export class Hypsink {
           exportedRows: rec.exportedRowCount,
           intent: rec.intent && { since: rec.intent.since, until: rec.intent.until, unit: rec.intent.unit },
           gapRows: rec.gapRows + gapPending,
+          rejectedRows: rec.rejectedRows ?? 0,
           lastExportAt: rec.lastExportAt,
           lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
         });
@@ -516,6 +517,8 @@ export interface PartitionStatus {
   exportedRows: number;
   intent: { since: string | null; until: string; unit: string } | null;
   gapRows: number;
+  /** Rows the destination refused one by one, kept in the sink's dead letter. @ref LLP 0042 */
+  rejectedRows: number;
   lastExportAt: string | null;
   lastError: string | null;
 }

@@ -39,6 +39,13 @@ export interface Unit {
   ndjson?(): AsyncIterable<NdjsonChunk>;
   /** Aborted on shutdown: a shipper stops waiting and throws. */
   readonly signal: AbortSignal;
+  /**
+   * The `until` of the last unit of this partition the sink shipped (null
+   * before the first): `since`, unless the watermark stepped over a gap after
+   * it (rows retention pruned before this sink had them). A destination that
+   * keeps its own watermark (a database) finds it there. @ref LLP 0041
+   */
+  readonly prior: Continuation | null;
 }
 
 /** Complete NDJSON lines and how many rows they hold. */
@@ -53,6 +60,13 @@ export interface ShipResult {
   readonly rows: number;
   readonly bytes: number;
   readonly duplicate: boolean;
+  /**
+   * Rows of the unit the destination refused one by one and that the sink
+   * kept in its own dead letter instead, committed with the unit's other rows
+   * (a duplicate unit reports the count it was committed with). The kernel
+   * counts them in status; they are accounted for, not lost. @ref LLP 0042
+   */
+  readonly rejected?: number;
 }
 
 export interface UnitLimits {
@@ -81,6 +95,13 @@ export interface UnitShipper {
   readonly destination?: string;
   /** Abort parked waits and release connections. */
   close(): Promise<void>;
+  /**
+   * How the shipper reads a unit. `'ndjson'` (the default): the kernel reads
+   * the next unit's NDJSON while the current one ships, so `ndjson()` answers
+   * at once. `'batches'`: the shipper reads `batches()` itself, and the kernel
+   * reads nothing ahead for it.
+   */
+  readonly reads?: 'ndjson' | 'batches';
   /**
    * Optional connection check (`hypsink validate --connect`): reach the
    * destination as an export would, WITHOUT writing anything anyone can see

@@ -197,6 +197,7 @@ export function buildProgram(io: Out = stdio): Command {
                   bytes: p.bytes,
                   units: p.units,
                   gapRows: p.gapRows,
+                  rejectedRows: p.rejectedRows,
                   waiting: p.waiting,
                   error: p.error ? `${p.error.code}: ${p.error.message}` : null,
                 })),

@@ -141,6 +141,7 @@ const STATUS_COLUMNS: readonly Column[] = [
   { head: 'pending' },
   { head: 'exported' },
   { head: 'gap', drop: 'blank' },
+  { head: 'rejected', drop: 'blank' },
   { head: 'intent', drop: 'blank' },
   { head: 'last export', drop: 2 },
   { head: 'last error', drop: 'blank' },
@@ -149,7 +150,7 @@ const STATUS_COLUMNS: readonly Column[] = [
 export function statusTable(s: StatusReport, maxWidth = terminalWidth()): string {
   const rows: string[][] = [];
   for (const sink of s.sinks) {
-    if (sink.partitions.length === 0) rows.push([sink.name, '(no partitions yet)', '', '', '', '', '', '', '', '', '']);
+    if (sink.partitions.length === 0) rows.push([sink.name, '(no partitions yet)', '', '', '', '', '', '', '', '', '', '']);
     for (const p of sink.partitions) {
       rows.push([
         sink.name,
@@ -160,6 +161,7 @@ export function statusTable(s: StatusReport, maxWidth = terminalWidth()): string
         String(p.pendingRows),
         String(p.exportedRows),
         String(p.gapRows),
+        String(p.rejectedRows),
         p.intent ? `(${p.intent.since ?? '-'}, ${p.intent.until}]` : '-',
         p.lastExportAt ?? '-',
         p.lastError ? p.lastError.slice(0, 60) : '-',
@@ -208,7 +210,7 @@ export function exportTable(reports: readonly TickReport[], maxWidth = terminalW
   const rows: string[][] = [];
   for (const r of reports) {
     for (const p of r.partitions) {
-      const note = p.error ? `${p.error.code}: ${p.error.message}`.slice(0, 80) : p.waiting ? 'waiting (small-file policy)' : p.gapRows ? `gap ${p.gapRows}` : '';
+      const note = p.error ? `${p.error.code}: ${p.error.message}`.slice(0, 80) : p.waiting ? 'waiting (small-file policy)' : [p.gapRows ? `gap ${p.gapRows}` : '', p.rejectedRows ? `${p.rejectedRows} rejected (dead letter)` : ''].filter(Boolean).join('; ');
       rows.push([r.sink, p.partition.dataset, p.partition.source, String(p.rows), String(p.bytes), String(p.units), note]);
     }
   }

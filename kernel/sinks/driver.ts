@@ -53,7 +53,7 @@ export interface TickProgress {
   readonly onUnit?: (rows: number) => void;
 }
 
-const zero = (): PartitionOutcome => ({ rows: 0, bytes: 0, units: 0, gapRows: 0, waiting: false });
+const zero = (): PartitionOutcome => ({ rows: 0, bytes: 0, units: 0, gapRows: 0, rejectedRows: 0, waiting: false });
 
 function asHypsinkError(e: unknown, sink: string): HypsinkError {
   if (isHypsinkError(e)) return e;

@@ -57,6 +57,8 @@ export interface PartitionOutcome {
   bytes: number;
   units: number;
   gapRows: number;
+  /** Rows the destination refused one by one, kept in the sink's dead letter. @ref LLP 0042 */
+  rejectedRows: number;
   /** The small-file policy held rows back this tick. */
   waiting: boolean;
 }
@@ -102,7 +104,7 @@ export async function exportPartition(
   /** A unit's destination acknowledged it (its rows), for a progress bar. */
   onUnit?: (rows: number) => void,
 ): Promise<PartitionOutcome> {
-  const out: PartitionOutcome = { rows: 0, bytes: 0, units: 0, gapRows: 0, waiting: false };
+  const out: PartitionOutcome = { rows: 0, bytes: 0, units: 0, gapRows: 0, rejectedRows: 0, waiting: false };
   const store = env.cache.store(p);
   const schema = env.cache.schema(p.dataset);
   // A sink's first record remembers the rows retention had pruned before it came: never its to deliver.
@@ -142,11 +144,14 @@ export async function exportPartition(
    * body. A unit already recorded as `next` by an earlier run is read as it is.
    * @ref LLP 0014: the next intent is written while the current unit is in flight
    */
-  const lookAhead = async (cur: Intent, recorded: Intent | null): Promise<{ intent: Intent; pre: Prefetch } | null> => {
+  /** A request sink that reads NDJSON gets its next unit's body read while the current one ships. */
+  const prefetch = sink.kind === 'request' && sink.shipper.reads !== 'batches';
+  const readFor = (i: Intent, rows: number) => (prefetch ? readAhead(env, p, schema, i, rows) : Promise.resolve(null));
+  const lookAhead = async (cur: Intent, recorded: Intent | null): Promise<{ intent: Intent; pre: Prefetch | null } | null> => {
     const since = BigInt(cur.until);
     if (recorded) {
       if (env.signal.aborted) return null;
-      return { intent: recorded, pre: await readAhead(env, p, schema, recorded, await plannedRows(env, p, recorded)) };
+      return { intent: recorded, pre: prefetch ? await readFor(recorded, await plannedRows(env, p, recorded)) : null };
     }
     const plan = await planAhead(env, p, schema, since, limits);
     if (!plan) return null;
@@ -155,7 +160,7 @@ export async function exportPartition(
     // The intent needs only the plan: its durable write and the body's read run together.
     const writing = write({ ...logical(), intent: cur, next: intent });
     writing.catch(() => undefined); // awaited below
-    const pre = await readAhead(env, p, schema, intent, plan.rows);
+    const pre = await readFor(intent, plan.rows);
     await writing;
     fault('export.afterIntent');
     return { intent, pre };
@@ -197,12 +202,14 @@ export async function exportPartition(
         // Counted before the ship, and kept with the intent: what the unit must ship.
         rows: facts.plan.rows,
         columns: schema.columns,
+        // The watermark stepped over a gap since the last unit shipped: say where that one ended.
+        ...(base.shippedUntil !== undefined ? { prior: base.shippedUntil } : {}),
       };
       const writing = write({ ...base, intent: open, next: null });
       if (sink.kind === 'request') {
         // As in the look-ahead: the body is read while its intent is written.
         writing.catch(() => undefined); // awaited below
-        ahead = await readAhead(env, p, schema, open, facts.plan.rows);
+        ahead = await readFor(open, facts.plan.rows);
       }
       await writing;
       fault('export.afterIntent');
@@ -246,15 +253,18 @@ export async function exportPartition(
     const forcedSeen = shipped.seen.reduce((n, [a, b]) => n + countIn(forced, a - 1n, b), 0);
     const gap = Math.max(0, countIn(forced, seqOf(since), BigInt(open.until)) - forcedSeen);
     const rows = shipped.result.rows;
+    const rejected = shipped.result.rejected ?? 0;
     out.rows += rows;
+    out.rejectedRows += rejected;
     out.bytes += shipped.result.bytes;
     out.units += 1;
     out.gapRows += gap;
     onUnit?.(rows);
-    const before = logical();
+    const { shippedUntil: _stepped, ...before } = logical();
     pending.push({
       rec: {
         ...before,
+        ...(rejected > 0 || before.rejectedRows !== undefined ? { rejectedRows: (before.rejectedRows ?? 0) + rejected } : {}),
         continuation: cont(open.until),
         exportedRowCount: before.exportedRowCount + rows,
         gapRows: before.gapRows + gap,
@@ -335,7 +345,9 @@ function gapAdvance(base: WatermarkRecord, forced: readonly [bigint, bigint][]):
   const top = forced.reduce((m, [, b]) => (b > m ? b : m), since);
   if (top <= since) return null;
   const rows = countIn(forced, since, top);
-  return { rec: { ...base, continuation: cont(top.toString()), gapRows: base.gapRows + rows, intent: null }, rows };
+  // The last unit shipped ended where the watermark was (or earlier, if it stepped over a gap before). @ref LLP 0041
+  const shippedUntil = base.shippedUntil !== undefined ? base.shippedUntil : (base.continuation?.seq ?? null);
+  return { rec: { ...base, continuation: cont(top.toString()), gapRows: base.gapRows + rows, intent: null, shippedUntil }, rows };
 }
 
 /**

@@ -149,6 +149,7 @@ export function buildUnit(
     until,
     id: intent.unit,
     plannedRows: reads.planned,
+    prior: intent.prior !== undefined ? (intent.prior === null ? null : cont(intent.prior)) : since,
     signal,
     rows: () =>
       reads.read(async function* (seen) {

@@ -35,6 +35,12 @@ export interface Intent {
    * @ref LLP 0030
    */
   readonly columns?: readonly ColumnSpec[];
+  /**
+   * The `until` of the last unit the sink shipped before this one, when the
+   * watermark stepped over a gap in between (otherwise it is `since`, and absent).
+   * @ref LLP 0041
+   */
+  readonly prior?: string | null;
 }
 
 export interface WatermarkRecord {
@@ -55,6 +61,13 @@ export interface WatermarkRecord {
   /** Rows pruned (hard cap) before this sink exported them. */
   readonly gapRows: number;
   /**
+   * The `until` of the last unit shipped, kept while the watermark has stepped
+   * over a gap since (absent otherwise): the next intent's `prior`. @ref LLP 0041
+   */
+  readonly shippedUntil?: string | null;
+  /** Rows the destination refused one by one, kept in the sink's dead letter (absent: 0). @ref LLP 0042 */
+  readonly rejectedRows?: number;
+  /**
    * Rows retention had pruned (exported by every sink then) before this record
    * was first written: never this sink's to deliver, so not part of what it
    * counts as committed. Absent in records written before it existed: 0.
@@ -74,7 +87,8 @@ const badColumns = (i: Intent) =>
     i.columns.every((c) => typeof c?.name === 'string' && COLUMN_TYPES.includes(c.type) && typeof c.nullable === 'boolean')
   );
 /** A recorded unit's own fields (its count and columns) are malformed. */
-const badUnit = (i: Intent) => (i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0)) || badColumns(i);
+const badPrior = (i: Intent) => i.prior !== undefined && i.prior !== null && !isDecimalSeq(i.prior);
+const badUnit = (i: Intent) => (i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0)) || badColumns(i) || badPrior(i);
 
 /** Paired assertion, checked before every write and on every read. */
 export function checkRecord(v: unknown): string | null {
@@ -84,6 +98,8 @@ export function checkRecord(v: unknown): string | null {
   if (!Number.isInteger(r.exportedRowCount) || r.exportedRowCount < 0) return 'bad exportedRowCount';
   if (!Number.isInteger(r.gapRows) || r.gapRows < 0) return 'bad gapRows';
   if (r.baseRows !== undefined && !(Number.isSafeInteger(r.baseRows) && r.baseRows >= 0)) return 'bad baseRows';
+  if (r.rejectedRows !== undefined && !(Number.isSafeInteger(r.rejectedRows) && r.rejectedRows >= 0)) return 'bad rejectedRows';
+  if (r.shippedUntil !== undefined && r.shippedUntil !== null && !isDecimalSeq(r.shippedUntil)) return 'bad shippedUntil';
   if (r.intent !== null) {
     const i = r.intent;
     if (!i || (i.since !== null && !isDecimalSeq(i.since)) || !isDecimalSeq(i.until) || typeof i.unit !== 'string' || badUnit(i)) return 'bad intent';

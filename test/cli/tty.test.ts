@@ -209,6 +209,7 @@ test('statusTable fits every width it is given, keeping sink, source and counts;
     exportedRows: 6,
     intent: { since: '100', until: '200', unit: 'u' },
     gapRows: 0,
+    rejectedRows: 0,
     lastExportAt: '2026-11-29T09:20:43.034Z',
     lastError,
   });
@@ -254,6 +255,7 @@ test('statusTable fits in terminal cells, not code points: wide (CJK) and emoji 
             exportedRows: 1,
             intent: null,
             gapRows: 0,
+            rejectedRows: 0,
             lastExportAt: null,
             lastError: `HYPSINK_ERR_DESTINATION: ${'宛先が拒否しました '.repeat(4)}`,
           },

@@ -120,6 +120,7 @@ export function makeUnit(spec: UnitSpec): Unit & { readCount(): number } {
     partition: spec.partition,
     schema: { columns: [] },
     since,
+    prior: since,
     until,
     id: spec.id ?? spec.shipper.unitId(spec.partition, since, until),
     plannedRows: spec.rows.length,

@@ -1,0 +1,142 @@
+/**
+ * The Postgres sink's config, validated once when the sink is built. The kernel
+ * has already interpolated `${ENV}` references, so `url` (with its password) is
+ * plain text here: no message quotes a value.
+ */
+import { readFileSync } from 'node:fs';
+import { isAbsolute, resolve } from 'node:path';
+import { HypsinkError, type PluginOptionsSpec, parseSinkConfig } from 'hypsink/plugin';
+import { z } from 'zod';
+
+const RetrySchema = z
+  .object({
+    /** Tries per unit for passing faults (connection lost, serialization failure, deadlock), the first one included. */
+    attempts: z.number().int().min(1).max(50).default(5),
+    /** First backoff; doubles per retry, with jitter. */
+    baseMs: z.number().int().min(0).default(200),
+    /** Cap on one backoff wait. */
+    maxMs: z.number().int().min(0).default(10_000),
+  })
+  .strict();
+
+const SslSchema = z
+  .object({
+    /**
+     * libpq's sslmode, the common ones: `disable` (plain), `require` (TLS, any
+     * certificate), `verify-ca` (TLS, certificate signed by `ca`), `verify-full`
+     * (verify-ca and the host name matches). Default: what `url` says, else `disable`.
+     */
+    mode: z.enum(['disable', 'require', 'verify-ca', 'verify-full']).optional(),
+    /** A PEM file of the CA(s) to trust, relative to the config file. */
+    ca: z.string().min(1).optional(),
+  })
+  .strict();
+
+const ident = z
+  .string()
+  .min(1)
+  .max(63, 'is longer than PostgreSQL allows (63 bytes)')
+  .refine((s) => !s.includes('\0'), 'must not hold a NUL byte');
+
+const positiveInt = z.number().int().min(1);
+
+export const PostgresConfigSchema = z
+  .object({
+    /** `postgres://user:password@host:port/database`; usually "${HYPSINK_PG_URL}". */
+    url: z
+      .string({ error: (iss) => (iss.input === undefined ? 'required: the database URL (postgres://user:password@host/db)' : 'must be a string') })
+      .refine((u) => /^postgres(ql)?:\/\//.test(u), 'must be a postgres:// URL'),
+    /** The table rows go to; default the dataset's name. With several datasets, each goes to the table of its name. */
+    table: ident.optional(),
+    /** The schema of the table and of the sink's own tables; default "public". */
+    schema: ident.default('public'),
+    /** Create the table from the dataset schema when it is missing, and add nullable columns the dataset gained. */
+    createTable: z.boolean().default(true),
+    /** The sink's watermark table: one row per (writer, sink, dataset, source). */
+    watermarkTable: ident.default('hypsink_watermarks'),
+    /** The sink's dead letter: rows PostgreSQL refused, with the reason. */
+    rejectTable: ident.default('hypsink_rejected'),
+    /** A unit refused more rows than this one by one: the sink stops instead (the table is likely wrong, not the rows). */
+    maxRejectedRows: z.number().int().min(0).default(100),
+    /** Cut a unit at this many rows. */
+    maxRows: positiveInt.default(20_000),
+    /** Cut a unit near this many bytes (estimated from the cache's file sizes). */
+    maxBytes: positiveInt.default(16 * 1024 * 1024),
+    /** Connections at most in the pool. */
+    poolSize: z.number().int().min(1).max(100).default(2),
+    /** Bound on opening one connection. */
+    connectTimeoutMs: positiveInt.default(10_000),
+    /** statement_timeout of the sink's sessions: a statement that runs longer is cancelled and retried. */
+    statementTimeoutMs: positiveInt.default(120_000),
+    /** application_name, as pg_stat_activity shows it. */
+    applicationName: z.string().min(1).max(63).default('hypsink'),
+    ssl: SslSchema.optional(),
+    retry: RetrySchema.default({ attempts: 5, baseMs: 200, maxMs: 10_000 }),
+  })
+  .strict();
+
+/** The sink's `config`, declared so the host checks its keys before `create`. @ref LLP 0032 */
+export const POSTGRES_OPTIONS: PluginOptionsSpec = {
+  keys: [
+    ...Object.keys(PostgresConfigSchema.shape),
+    ...Object.keys(RetrySchema.shape).map((k) => `retry.${k}`),
+    ...Object.keys(SslSchema.shape).map((k) => `ssl.${k}`),
+  ],
+  validate: PostgresConfigSchema['~standard'].validate,
+};
+
+export type PostgresConfig = z.infer<typeof PostgresConfigSchema>;
+export type RetryBudget = PostgresConfig['retry'];
+
+export interface Connection {
+  readonly host: string;
+  readonly port: number;
+  readonly database: string;
+  readonly user: string;
+  readonly password: string | undefined;
+  /** node-postgres's `ssl` option. */
+  readonly ssl: false | { rejectUnauthorized: boolean; ca?: string; checkServerIdentity?: () => undefined };
+  /** Where the rows go, without the password: `postgres://user@host:port/db`. */
+  readonly shown: string;
+}
+
+/** The URL's parts, its password kept apart so no message shows it. */
+export function connection(cfg: PostgresConfig, sink: string, baseDir: string): Connection {
+  let u: URL;
+  try {
+    u = new URL(cfg.url);
+  } catch {
+    throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${sink}": config.url is not a valid URL (postgres://user:password@host:port/database)`);
+  }
+  const database = decodeURIComponent(u.pathname.replace(/^\//, '')) || 'postgres';
+  const user = decodeURIComponent(u.username) || 'postgres';
+  const password = u.password === '' ? undefined : decodeURIComponent(u.password);
+  const host = u.hostname.replace(/^\[|\]$/g, '') || 'localhost';
+  const port = u.port === '' ? 5432 : Number(u.port);
+  const fromUrl = u.searchParams.get('sslmode');
+  const mode = cfg.ssl?.mode ?? (fromUrl === 'require' || fromUrl === 'verify-ca' || fromUrl === 'verify-full' ? fromUrl : 'disable');
+  let ca: string | undefined;
+  if (cfg.ssl?.ca !== undefined) {
+    const path = isAbsolute(cfg.ssl.ca) ? cfg.ssl.ca : resolve(baseDir, cfg.ssl.ca);
+    try {
+      ca = readFileSync(path, 'utf8');
+    } catch (e) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${sink}": config.ssl.ca: cannot read ${path} (${(e as NodeJS.ErrnoException).code ?? 'error'}); give the path of a PEM file of the CA to trust`);
+    }
+    if (mode === 'disable') {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${sink}": config.ssl.ca is set but TLS is off; set config.ssl.mode to "verify-ca" or "verify-full"`);
+    }
+  }
+  const ssl: Connection['ssl'] =
+    mode === 'disable'
+      ? false
+      : mode === 'require'
+        ? { rejectUnauthorized: false }
+        : { rejectUnauthorized: true, ...(ca !== undefined ? { ca } : {}), ...(mode === 'verify-ca' ? { checkServerIdentity: () => undefined } : {}) };
+  const shownHost = host.includes(':') ? `[${host}]` : host;
+  return { host, port, database, user, password, ssl, shown: `postgres://${user}@${shownHost}:${port}/${database}` };
+}
+
+export function parsePostgresConfig(raw: unknown, sink: string): PostgresConfig {
+  return parseSinkConfig(PostgresConfigSchema, raw, sink);
+}

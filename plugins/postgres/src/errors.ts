@@ -1,0 +1,110 @@
+/**
+ * What a PostgreSQL failure means for the sink, by SQLSTATE class (and by
+ * node's socket codes before the server answered):
+ * - the login or a privilege is refused: the sink stops, naming role and table;
+ * - the connection is lost, refused or reset, a serialization failure, a
+ *   deadlock, a cancelled statement, a server shutting down or full: retried;
+ * - a value the server refuses during COPY (data exception 22, integrity
+ *   constraint 23), with the line it names: that row goes to the dead letter;
+ * - anything else: the sink stops with the server's message.
+ * Every message is redacted of the password before it leaves.
+ */
+import { HypsinkError } from 'hypsink/plugin';
+
+export interface PgFault {
+  readonly code?: string;
+  readonly message?: string;
+  readonly where?: string;
+  readonly column?: string;
+  readonly table?: string;
+  readonly detail?: string;
+}
+
+export type FaultKind = 'auth' | 'privilege' | 'retry' | 'row' | 'stop';
+
+const RETRY_SOCKET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND', 'ECONNABORTED']);
+
+export function classify(e: unknown): FaultKind {
+  const f = (e ?? {}) as PgFault;
+  const code = f.code ?? '';
+  if (code === '28P01' || code === '28000') return 'auth';
+  if (code === '42501') return 'privilege';
+  if (code === '40001' || code === '40P01' || code === '57014' || code.startsWith('08') || code.startsWith('53') || code.startsWith('57P')) return 'retry';
+  if ((code.startsWith('22') || code.startsWith('23')) && copyLine(f) !== null) return 'row';
+  if (RETRY_SOCKET.has(code)) return 'retry';
+  const m = f.message ?? '';
+  // node-postgres's own words for a connection that went away or never came.
+  if (code === '' && /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Client was closed|read ECONNRESET|socket hang up/i.test(m)) return 'retry';
+  return 'stop';
+}
+
+/** The 1-based line of the COPY input the server refused, from its error context. */
+export function copyLine(f: PgFault): number | null {
+  const m = /\bCOPY [^,]+, line (\d+)/.exec(f.where ?? '');
+  return m ? Number(m[1]) : null;
+}
+
+/** The refusal of one row, for the dead letter: the server's message, code and column, never the value. */
+export function rowReason(f: PgFault): string {
+  const col = f.column ?? /column ([^:]+):/.exec(f.where ?? '')?.[1];
+  return `${f.message ?? 'refused'} (SQLSTATE ${f.code ?? '?'}${col ? `, column ${col}` : ''})`;
+}
+
+export class Redactor {
+  constructor(private readonly secret: string | undefined) {}
+  text(s: string): string {
+    const p = this.secret;
+    return p === undefined || p === '' ? s : s.split(p).join('[redacted]');
+  }
+  /** A plain cause (code and redacted message), never the driver's error object with its connection. */
+  cause(e: unknown): Error {
+    const f = (e ?? {}) as PgFault;
+    return Object.assign(new Error(this.text(f.message ?? String(e))), { code: f.code });
+  }
+}
+
+export interface FaultScope {
+  readonly sink: string;
+  readonly user: string;
+  readonly shown: string;
+  readonly table: string;
+  readonly redact: Redactor;
+}
+
+/** The error the sink throws for a fault that is not retried (or no longer). */
+export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attempts?: number): HypsinkError {
+  if (e instanceof HypsinkError) return e;
+  const f = (e ?? {}) as PgFault;
+  const msg = s.redact.text(f.message ?? String(e));
+  const cause = s.redact.cause(e);
+  switch (kind) {
+    case 'auth':
+      return new HypsinkError('HYPSINK_ERR_AUTH', `sink "${s.sink}": ${s.shown} refused the login of role "${s.user}": ${msg}; check the user and password in config.url (or the variable it names)`, { cause });
+    case 'privilege':
+      return new HypsinkError(
+        'HYPSINK_ERR_AUTH',
+        `sink "${s.sink}": role "${s.user}" lacks a privilege on ${s.table} at ${s.shown}: ${msg}; grant it what the README's "Postgres sink" section lists (e.g. GRANT INSERT, SELECT ON ${s.table} TO "${s.user}")`,
+        { cause },
+      );
+    case 'retry':
+      return new HypsinkError(
+        'HYPSINK_ERR_RETRYABLE',
+        `sink "${s.sink}": ${s.shown}: ${msg}${attempts ? ` (after ${attempts} ${attempts === 1 ? 'try' : 'tries'})` : ''}; the partition is retried on a later tick`,
+        { retryable: true, cause, hint: socketHint(f.code, s.shown) },
+      );
+    default:
+      return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown} refused the write to ${s.table}: ${msg}${f.code ? ` (SQLSTATE ${f.code})` : ''}`, { cause });
+  }
+}
+
+function socketHint(code: string | undefined, shown: string): string | undefined {
+  switch (code) {
+    case 'ECONNREFUSED':
+      return `nothing answers at ${shown}: check that PostgreSQL is running and that config.url names its host and port; the partition is retried on a later tick meanwhile.`;
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return `the host of ${shown} is not known (${code}): check config.url and the DNS; the partition is retried on a later tick meanwhile.`;
+    default:
+      return undefined;
+  }
+}

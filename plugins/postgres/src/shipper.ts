@@ -1,0 +1,372 @@
+/**
+ * The Postgres sink as a UnitShipper. One unit is one transaction: its rows
+ * go in by COPY, its refused rows into the dead-letter table, and the sink's
+ * watermark row `(writer, sink, dataset, source) → until` moves from the
+ * unit's `since` to its `until`, all committed together. The database is the
+ * truth: every attempt first reads (and locks) the watermark row, so a unit
+ * already committed (by this run before a lost answer, by a run that crashed
+ * after COMMIT, or by a zombie exporter) is known as committed and not
+ * written again. @ref LLP 0041 (the transaction and the recovery rule),
+ * LLP 0042 (refused rows)
+ */
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type {
+  ColumnSpec,
+  ConnectionCheckOptions,
+  Continuation,
+  PartitionRef,
+  ShipResult,
+  SinkBuildContext,
+  Unit,
+  UnitLimits,
+  UnitShipper,
+} from 'hypsink/plugin';
+import { HypsinkError } from 'hypsink/plugin';
+import pg from 'pg';
+import copyStreams from 'pg-copy-streams';
+import { type Connection, connection, type PostgresConfig } from './config.js';
+import { type CopyPass, copyText } from './copy.js';
+import { classify, copyLine, type FaultScope, Redactor, rowReason, toHypsinkError } from './errors.js';
+import { ensureOwnTables, ensureTable, type Names, q, SOURCE_COLUMN } from './table.js';
+
+/** Bump only with a migration note: recorded intents keep their ids either way. */
+const ID_SCHEME = 'hypsink.postgres.unit.v1';
+
+interface Refusal {
+  reason: string;
+  row: Record<string, unknown> | null;
+}
+
+/** What the watermark row says of a unit. */
+type Verdict = { kind: 'ship'; held: string | null } | { kind: 'committed'; held: string } | { kind: 'conflict'; held: string | null };
+
+/** The unit against the database's watermark: committed, to ship, or neither (an error). @ref LLP 0041 */
+export function verdict(held: string | null, unit: Pick<Unit, 'since' | 'until' | 'prior'>): Verdict {
+  if (held !== null && BigInt(held) >= BigInt(unit.until.seq)) return { kind: 'committed', held };
+  const since = unit.since?.seq ?? null;
+  const prior = unit.prior?.seq ?? null;
+  if (held === since || held === prior) return { kind: 'ship', held };
+  return { kind: 'conflict', held };
+}
+
+export class PostgresShipper implements UnitShipper {
+  readonly limits: UnitLimits;
+  readonly destination: string;
+  readonly reads = 'batches' as const;
+  private readonly conn: Connection;
+  private readonly redact: Redactor;
+  private readonly names: Names;
+  private pool: pg.Pool | null = null;
+  private ownTables: Promise<void> | null = null;
+  /** Tables known to fit a column set (by dataset and columns), this run. */
+  private readonly fitted = new Map<string, Promise<void>>();
+  private readonly closer = new AbortController();
+
+  constructor(
+    private readonly cfg: PostgresConfig,
+    private readonly ctx: SinkBuildContext,
+  ) {
+    this.conn = connection(cfg, ctx.sink, ctx.baseDir);
+    this.redact = new Redactor(this.conn.password);
+    this.limits = { maxRows: cfg.maxRows, maxBytes: cfg.maxBytes };
+    this.names = { schema: cfg.schema, watermarks: cfg.watermarkTable, rejects: cfg.rejectTable };
+    this.destination = `postgres ${this.conn.shown} schema ${cfg.schema}${cfg.table ? ` table ${cfg.table}` : ''}`;
+  }
+
+  /** The table a dataset's rows go to. */
+  tableOf(dataset: string): string {
+    return this.cfg.table ?? dataset;
+  }
+
+  unitId(partition: PartitionRef, since: Continuation | null, until: Continuation): string {
+    const from = since?.seq ?? 'start';
+    const material = JSON.stringify([ID_SCHEME, this.ctx.cacheId, this.ctx.sink, partition.dataset, partition.key, from, until.seq]);
+    return `hpg1-${from}-${until.seq}-${createHash('sha256').update(material).digest('hex').slice(0, 32)}`;
+  }
+
+  private scope(dataset: string): FaultScope {
+    return { sink: this.ctx.sink, user: this.conn.user, shown: this.conn.shown, table: `${this.cfg.schema}.${this.tableOf(dataset)}`, redact: this.redact };
+  }
+
+  private getPool(): pg.Pool {
+    if (this.pool) return this.pool;
+    const c = this.conn;
+    const pool = new pg.Pool({
+      host: c.host,
+      port: c.port,
+      database: c.database,
+      user: c.user,
+      ...(c.password !== undefined ? { password: c.password } : {}),
+      ssl: c.ssl,
+      max: this.cfg.poolSize,
+      connectionTimeoutMillis: this.cfg.connectTimeoutMs,
+      idleTimeoutMillis: 30_000,
+      statement_timeout: this.cfg.statementTimeoutMs,
+      application_name: this.cfg.applicationName,
+    });
+    // An idle connection the server closed: the pool drops it; it must not end the process.
+    pool.on('error', (e) => this.ctx.log.debug({ sink: this.ctx.sink, error: this.redact.text(e.message) }, 'an idle PostgreSQL connection closed'));
+    this.pool = pool;
+    return pool;
+  }
+
+  async ship(unit: Unit): Promise<ShipResult> {
+    const budget = this.cfg.retry;
+    for (let attempt = 1; ; attempt++) {
+      if (unit.signal.aborted || this.closer.signal.aborted) throw this.aborted(unit);
+      try {
+        return await this.attempt(unit);
+      } catch (e) {
+        const kind = classify(e);
+        if (e instanceof HypsinkError || kind !== 'retry') throw toHypsinkError(e, this.scope(unit.partition.dataset), kind);
+        if (unit.signal.aborted || this.closer.signal.aborted) throw this.aborted(unit);
+        if (attempt >= budget.attempts) throw toHypsinkError(e, this.scope(unit.partition.dataset), 'retry', attempt);
+        const wait = Math.round(Math.min(budget.maxMs, budget.baseMs * 2 ** (attempt - 1)) * (0.5 + Math.random() / 2));
+        this.ctx.log.warn(
+          { sink: this.ctx.sink, dataset: unit.partition.dataset, source: unit.partition.source, unit: unit.id, attempt, waitMs: wait, error: this.redact.text((e as Error).message ?? String(e)) },
+          'PostgreSQL write failed; retrying the same unit (its watermark row decides whether it committed)',
+        );
+        await sleep(wait, undefined, { signal: unit.signal }).catch(() => {
+          throw this.aborted(unit);
+        });
+      }
+    }
+  }
+
+  /** Own tables, then the unit's table fitted to its columns: once per run each. */
+  private async ready(client: pg.PoolClient, unit: Unit): Promise<void> {
+    this.ownTables ??= ensureOwnTables(client, this.names).catch((e) => {
+      this.ownTables = null;
+      throw e;
+    });
+    await this.ownTables;
+    const columns = unit.schema.columns;
+    const key = JSON.stringify([unit.partition.dataset, columns]);
+    let fit = this.fitted.get(key);
+    if (!fit) {
+      fit = ensureTable(client, { sink: this.ctx.sink, schema: this.cfg.schema, table: this.tableOf(unit.partition.dataset), create: this.cfg.createTable }, columns);
+      this.fitted.set(key, fit);
+      fit.catch(() => this.fitted.delete(key));
+    }
+    await fit;
+  }
+
+  private async attempt(unit: Unit): Promise<ShipResult> {
+    const client = await this.getPool().connect();
+    let broken: unknown;
+    try {
+      await this.ready(client, unit);
+      return await this.transaction(client, unit);
+    } catch (e) {
+      // The session may be mid-COPY or mid-transaction: never hand it back to the pool.
+      broken = e;
+      throw e;
+    } finally {
+      client.release(broken === undefined ? undefined : (broken as Error));
+    }
+  }
+
+  private async transaction(client: pg.PoolClient, unit: Unit): Promise<ShipResult> {
+    const p = unit.partition;
+    const writer = this.ctx.cacheId;
+    const wm = `${q(this.names.schema)}.${q(this.names.watermarks)}`;
+    const rj = `${q(this.names.schema)}.${q(this.names.rejects)}`;
+    const target = `${this.cfg.schema}.${this.tableOf(p.dataset)}`;
+    const key = [writer, this.ctx.sink, p.dataset, p.source];
+    await client.query('BEGIN');
+    try {
+      const found = await client.query<{ until: string }>(`SELECT until::text AS until FROM ${wm} WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 FOR UPDATE`, key);
+      const held = found.rows[0]?.until ?? null;
+      const v = verdict(held, unit);
+      if (v.kind === 'committed') {
+        const r = await client.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${rj} WHERE writer = $1 AND sink = $2 AND unit = $3`, [writer, this.ctx.sink, unit.id]);
+        await client.query('ROLLBACK');
+        return { rows: unit.plannedRows, bytes: 0, duplicate: true, rejected: Number(r.rows[0]?.n ?? 0) };
+      }
+      if (v.kind === 'conflict') throw this.conflict(unit, v.held);
+
+      const { refusals, bytes } = await this.copy(client, unit);
+      if (refusals.size > 0) await this.deadLetter(client, unit, refusals, target);
+      const moved =
+        held === null
+          ? await client.query(`INSERT INTO ${wm} (writer, sink, dataset, source, until, unit, target) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`, [
+              ...key,
+              unit.until.seq,
+              unit.id,
+              target,
+            ])
+          : await client.query(`UPDATE ${wm} SET until = $5, unit = $6, target = $7, updated_at = now() WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 AND until = $8`, [
+              ...key,
+              unit.until.seq,
+              unit.id,
+              target,
+              held,
+            ]);
+      if (moved.rowCount !== 1) {
+        // Another exporter with this identity inserted the first row meanwhile: roll back, and let the
+        // next attempt read what it committed.
+        throw Object.assign(new Error(`the watermark row of ${p.dataset}/source=${p.source} was written by another session meanwhile`), { code: '40001' });
+      }
+      this.ctx.fault?.('postgres.afterCopy');
+      await client.query('COMMIT');
+      this.ctx.fault?.('postgres.afterCommit');
+      return { rows: unit.plannedRows, bytes, duplicate: false, rejected: refusals.size };
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /**
+   * COPY the unit's rows. A row the server refuses (the error names its line)
+   * is taken out and the COPY runs again from a savepoint, so the unit's other
+   * rows still commit. @ref LLP 0042
+   */
+  private async copy(client: pg.PoolClient, unit: Unit): Promise<{ refusals: Map<number, Refusal>; bytes: number }> {
+    const columns: readonly ColumnSpec[] = unit.schema.columns;
+    const table = `${q(this.cfg.schema)}.${q(this.tableOf(unit.partition.dataset))}`;
+    const sql = `COPY ${table} (${[SOURCE_COLUMN, ...columns.map((c) => c.name)].map(q).join(', ')}) FROM STDIN`;
+    const refusals = new Map<number, Refusal>();
+    for (;;) {
+      const pass: CopyPass = { sent: [], bytes: 0 };
+      const skip = new Set(refusals.keys());
+      const body = copyText(
+        unit.batches(),
+        {
+          columns,
+          source: unit.partition.source,
+          skip,
+          onRefused: (ordinal, reason, row) => refusals.set(ordinal, { reason, row }),
+          onSkipped: (ordinal, row) => {
+            const r = refusals.get(ordinal);
+            if (r && r.row === null) r.row = row();
+          },
+        },
+        pass,
+      );
+      await client.query('SAVEPOINT hypsink_copy');
+      try {
+        await pipeline(Readable.from(body), client.query(copyStreams.from(sql)), { signal: unit.signal });
+        if ([...refusals.values()].some((r) => r.row === null)) {
+          throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.ctx.sink}": a refused row of unit ${unit.id} was not seen again on the next pass`);
+        }
+        return { refusals, bytes: pass.bytes };
+      } catch (e) {
+        if (unit.signal.aborted) throw this.aborted(unit);
+        const line = classify(e) === 'row' ? copyLine(e as object) : null;
+        const ordinal = line === null ? undefined : pass.sent[line - 1];
+        if (ordinal === undefined) throw e;
+        await client.query('ROLLBACK TO SAVEPOINT hypsink_copy');
+        refusals.set(ordinal, { reason: this.redact.text(rowReason(e as object)), row: null });
+        if (refusals.size > this.cfg.maxRejectedRows) {
+          throw new HypsinkError(
+            'HYPSINK_ERR_DESTINATION',
+            `sink "${this.ctx.sink}": ${this.scope(unit.partition.dataset).table} refused more than ${this.cfg.maxRejectedRows} rows of unit ${unit.id} (the last: ${refusals.get(ordinal)!.reason}); ` +
+              'that is likely the table, not the rows: check its columns and constraints, or raise config.maxRejectedRows',
+          );
+        }
+      }
+    }
+  }
+
+  private async deadLetter(client: pg.PoolClient, unit: Unit, refusals: Map<number, Refusal>, target: string): Promise<void> {
+    const rj = `${q(this.names.schema)}.${q(this.names.rejects)}`;
+    const p = unit.partition;
+    const ordinals = [...refusals.keys()].sort((a, b) => a - b);
+    await client.query(
+      `INSERT INTO ${rj} (writer, sink, dataset, source, unit, ordinal, reason, row_json, target)
+       SELECT $1, $2, $3, $4, $5, o, r, j, $9 FROM unnest($6::integer[], $7::text[], $8::text[]) AS x(o, r, j)`,
+      [
+        this.ctx.cacheId,
+        this.ctx.sink,
+        p.dataset,
+        p.source,
+        unit.id,
+        ordinals,
+        ordinals.map((o) => refusals.get(o)!.reason),
+        // JSON.stringify writes U+0000 as the six characters \u0000: text holds it.
+        ordinals.map((o) => JSON.stringify(refusals.get(o)!.row)),
+        target,
+      ],
+    );
+    this.ctx.log.warn(
+      { sink: this.ctx.sink, dataset: p.dataset, source: p.source, unit: unit.id, rejected: ordinals.length, reason: refusals.get(ordinals[0]!)!.reason },
+      `PostgreSQL refused ${ordinals.length} row(s) of the unit; they are kept in ${this.names.schema}.${this.names.rejects} with the reason, and the unit's other rows commit`,
+    );
+  }
+
+  private conflict(unit: Unit, held: string | null): HypsinkError {
+    const p = unit.partition;
+    const since = unit.since?.seq ?? 'the start';
+    return new HypsinkError(
+      'HYPSINK_ERR_DESTINATION',
+      `sink "${this.ctx.sink}": the watermark row of ${p.dataset}/source=${p.source} in ${this.names.schema}.${this.names.watermarks} at ${this.conn.shown} ` +
+        `is at ${held ?? 'nothing (no row)'}, but this cache's unit ${unit.id} runs from ${since} to ${unit.until.seq}: the database does not hold what this cache says it exported. ` +
+        "Was the database restored from a backup, or the sink's tables changed by hand? Nothing was written",
+      {
+        hint: `Compare the row with "hypsink status"; once the table holds what you want, set the row's until to ${since === 'the start' ? 'the seq where the table ends (or delete the row)' : since} to go on from here.`,
+      },
+    );
+  }
+
+  private aborted(unit: Unit): HypsinkError {
+    return new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.ctx.sink}": stopped before unit ${unit.id} committed; its watermark row decides on the next run whether it is written again`);
+  }
+
+  /** Log in, run a read-only statement, and look at the privileges on the table; nothing written. @ref LLP 0036 */
+  async check(opts: ConnectionCheckOptions): Promise<string> {
+    const c = this.conn;
+    const client = new pg.Client({
+      host: c.host,
+      port: c.port,
+      database: c.database,
+      user: c.user,
+      ...(c.password !== undefined ? { password: c.password } : {}),
+      ssl: c.ssl,
+      connectionTimeoutMillis: this.cfg.connectTimeoutMs,
+      application_name: this.cfg.applicationName,
+    });
+    const stop = () => client.end().catch(() => undefined);
+    opts.signal.addEventListener('abort', stop, { once: true });
+    const table = this.cfg.table ?? null;
+    try {
+      await client.connect();
+      const r = await client.query<{ who: string; v: string; can_create: boolean }>(
+        "SELECT current_user AS who, current_setting('server_version') AS v, has_schema_privilege($1, 'CREATE') AS can_create",
+        [this.cfg.schema],
+      );
+      const row = r.rows[0]!;
+      let what = `schema ${this.cfg.schema}: ${row.can_create ? 'CREATE allowed' : 'no CREATE (the sink cannot make its tables)'}`;
+      if (table !== null) {
+        const t = await client.query<{ ok: boolean | null }>(
+          "SELECT CASE WHEN to_regclass($1) IS NULL THEN NULL ELSE has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'SELECT') END AS ok",
+          [`${q(this.cfg.schema)}.${q(table)}`],
+        );
+        const ok = t.rows[0]?.ok;
+        if (ok === false) {
+          throw new HypsinkError('HYPSINK_ERR_AUTH', `sink "${this.ctx.sink}": role "${row.who}" may not INSERT into or SELECT from ${this.cfg.schema}.${table} at ${c.shown}; GRANT INSERT, SELECT ON ${this.cfg.schema}.${table} TO "${row.who}"`);
+        }
+        what += `; table ${this.cfg.schema}.${table}: ${ok === null ? (this.cfg.createTable ? 'not there yet (created on the first export)' : 'missing, and config.createTable is false') : 'INSERT and SELECT allowed'}`;
+      }
+      if (!row.can_create && table === null) what += '; the tables must exist before the first export';
+      return `${c.shown}: login accepted as ${row.who} (PostgreSQL ${row.v}); ${what}`;
+    } catch (e) {
+      if (e instanceof HypsinkError) throw e;
+      throw toHypsinkError(e, { ...this.scope(table ?? '(dataset)'), table: table ? `${this.cfg.schema}.${table}` : `schema ${this.cfg.schema}` }, classify(e));
+    } finally {
+      opts.signal.removeEventListener('abort', stop);
+      await stop();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closer.signal.aborted) return;
+    this.closer.abort();
+    const pool = this.pool;
+    this.pool = null;
+    await pool?.end().catch(() => undefined);
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * The tables the sink writes: the dataset's table (created from the dataset
+ * schema, or checked against it), its watermark table and its dead letter.
+ * DDL runs under a transaction-scoped advisory lock per table, so several
+ * hosts starting at once do not race CREATE TABLE IF NOT EXISTS (which can fail
+ * with a duplicate-key error on the catalog when two run together).
+ */
+import { type ColumnSpec, type ColumnType, HypsinkError } from 'hypsink/plugin';
+import type pg from 'pg';
+
+/** A quoted identifier: `"a""b"`. */
+export const q = (name: string) => `"${name.replace(/"/g, '""')}"`;
+
+/** The dataset type's column type, as CREATE TABLE takes it and information_schema names it. */
+export const PG_TYPES: Record<ColumnType, { ddl: string; shown: string }> = {
+  INT64: { ddl: 'bigint', shown: 'bigint' },
+  DOUBLE: { ddl: 'double precision', shown: 'double precision' },
+  STRING: { ddl: 'text', shown: 'text' },
+  BOOLEAN: { ddl: 'boolean', shown: 'boolean' },
+  TIMESTAMP: { ddl: 'timestamptz', shown: 'timestamp with time zone' },
+  JSON: { ddl: 'jsonb', shown: 'jsonb' },
+};
+
+/** The column every table gets first: the row's source (its logical partition). */
+export const SOURCE_COLUMN = 'source';
+
+export interface Names {
+  readonly schema: string;
+  readonly watermarks: string;
+  readonly rejects: string;
+}
+
+/** The watermark table and the dead letter, created if missing (always: they are the sink's own). */
+export async function ensureOwnTables(c: pg.ClientBase, n: Names): Promise<void> {
+  const wm = `${q(n.schema)}.${q(n.watermarks)}`;
+  const rj = `${q(n.schema)}.${q(n.rejects)}`;
+  await inLock(c, `${n.schema}.${n.watermarks}`, async () => {
+    await c.query(
+      `CREATE TABLE IF NOT EXISTS ${wm} (
+        writer text NOT NULL, sink text NOT NULL, dataset text NOT NULL, source text NOT NULL,
+        until bigint NOT NULL, unit text NOT NULL, target text NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (writer, sink, dataset, source))`,
+    );
+    await c.query(
+      `CREATE TABLE IF NOT EXISTS ${rj} (
+        writer text NOT NULL, sink text NOT NULL, dataset text NOT NULL, source text NOT NULL,
+        unit text NOT NULL, ordinal integer NOT NULL, reason text NOT NULL, row_json text NOT NULL,
+        target text NOT NULL, rejected_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (writer, sink, unit, ordinal))`,
+    );
+  });
+}
+
+interface TableColumn {
+  readonly name: string;
+  readonly type: string;
+  readonly nullable: boolean;
+  readonly hasDefault: boolean;
+}
+
+async function tableColumns(c: pg.ClientBase, schema: string, table: string): Promise<TableColumn[] | null> {
+  const r = await c.query<{ column_name: string; data_type: string; is_nullable: string; column_default: string | null }>(
+    `SELECT column_name, data_type, is_nullable, column_default FROM information_schema.columns
+      WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`,
+    [schema, table],
+  );
+  if (r.rows.length === 0) {
+    const exists = await c.query('SELECT 1 FROM pg_catalog.pg_class k JOIN pg_catalog.pg_namespace s ON s.oid = k.relnamespace WHERE s.nspname = $1 AND k.relname = $2', [schema, table]);
+    if (exists.rows.length === 0) return null;
+  }
+  return r.rows.map((x) => ({ name: x.column_name, type: x.data_type, nullable: x.is_nullable === 'YES', hasDefault: x.column_default !== null }));
+}
+
+export interface TableTarget {
+  readonly sink: string;
+  readonly schema: string;
+  readonly table: string;
+  readonly create: boolean;
+}
+
+/**
+ * Make the table fit `columns` (the unit's, fixed in its intent): create it,
+ * add a nullable column the dataset gained, or refuse with the column that
+ * differs. Runs in its own transaction.
+ */
+export async function ensureTable(c: pg.ClientBase, t: TableTarget, columns: readonly ColumnSpec[]): Promise<void> {
+  const full = `${q(t.schema)}.${q(t.table)}`;
+  const shown = `${t.schema}.${t.table}`;
+  await inLock(c, shown, async () => {
+    let have = await tableColumns(c, t.schema, t.table);
+    if (have === null) {
+      if (!t.create) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_DESTINATION',
+          `sink "${t.sink}": table ${shown} does not exist and config.createTable is false; create it (${describeColumns(columns)}) or set config.createTable to true`,
+        );
+      }
+      const defs = [`${q(SOURCE_COLUMN)} text NOT NULL`, ...columns.map((col) => `${q(col.name)} ${PG_TYPES[col.type].ddl}${col.nullable ? '' : ' NOT NULL'}`)];
+      await c.query(`CREATE TABLE ${full} (${defs.join(', ')})`);
+      have = await tableColumns(c, t.schema, t.table);
+    }
+    const byName = new Map((have ?? []).map((x) => [x.name, x]));
+    const wanted: ColumnSpec[] = [{ name: SOURCE_COLUMN, type: 'STRING', nullable: false }, ...columns];
+    for (const col of wanted) {
+      const got = byName.get(col.name);
+      const expect = PG_TYPES[col.type].shown;
+      if (!got) {
+        if (t.create && col.nullable) {
+          await c.query(`ALTER TABLE ${full} ADD COLUMN ${q(col.name)} ${PG_TYPES[col.type].ddl}`);
+          continue;
+        }
+        throw new HypsinkError(
+          'HYPSINK_ERR_DESTINATION',
+          `sink "${t.sink}": table ${shown} has no column "${col.name}" (${expect}${col.nullable ? '' : ' NOT NULL'}), which the dataset has; ` +
+            (col.nullable ? 'add it, or set config.createTable to true to let the sink add it' : `add it (ALTER TABLE ${full} ADD COLUMN ${q(col.name)} ${PG_TYPES[col.type].ddl})`),
+        );
+      }
+      if (got.type !== expect) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_DESTINATION',
+          `sink "${t.sink}": column "${col.name}" of table ${shown} is ${got.type}, but the dataset's ${col.type} column goes to ${expect}; change the column's type or point config.table at another table`,
+        );
+      }
+    }
+    for (const got of have ?? []) {
+      if (!wanted.some((w) => w.name === got.name) && !got.nullable && !got.hasDefault) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_DESTINATION',
+          `sink "${t.sink}": table ${shown} has a NOT NULL column "${got.name}" without a default that the dataset does not have, so no row could be written; give it a default, make it nullable, or point config.table at another table`,
+        );
+      }
+    }
+  });
+}
+
+function describeColumns(columns: readonly ColumnSpec[]): string {
+  return [`${SOURCE_COLUMN} text NOT NULL`, ...columns.map((c) => `${c.name} ${PG_TYPES[c.type].ddl}${c.nullable ? '' : ' NOT NULL'}`)].join(', ');
+}
+
+/** Run `fn` in a transaction holding an advisory lock named after `what`. */
+async function inLock(c: pg.ClientBase, what: string, fn: () => Promise<void>): Promise<void> {
+  await c.query('BEGIN');
+  try {
+    await c.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`hypsink:ddl:${what}`]);
+    await fn();
+    await c.query('COMMIT');
+  } catch (e) {
+    await c.query('ROLLBACK').catch(() => undefined);
+    throw e;
+  }
+}
