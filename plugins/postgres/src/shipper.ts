@@ -157,14 +157,27 @@ export class PostgresShipper implements UnitShipper {
   private async attempt(unit: Unit): Promise<ShipResult> {
     const client = await this.getPool().connect();
     let broken: unknown;
+    // A connection lost between two statements is reported on the client, not on a query: without a
+    // listener it would end the process. The next statement fails and the attempt is retried.
+    const lost = (e: Error) => {
+      broken = e;
+    };
+    client.on('error', lost);
     try {
       await this.ready(client, unit);
       return await this.transaction(client, unit);
     } catch (e) {
       // The session may be mid-COPY or mid-transaction: never hand it back to the pool.
       broken = e;
+      const code = (e as { code?: string }).code;
+      // The table or a column went away under us (dropped by hand): fit the tables again next time.
+      if (code === '42P01' || code === '42703') {
+        this.fitted.clear();
+        this.ownTables = null;
+      }
       throw e;
     } finally {
+      client.off('error', lost);
       client.release(broken === undefined ? undefined : (broken as Error));
     }
   }
