@@ -70,3 +70,34 @@ test("a role with the sink's privileges on tables made beforehand, and no CREATE
   assert.equal(error, null, String(error));
   assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM events WHERE source = 'h'"))[0]!.n, 2);
 });
+for (const [what, grants, object, grant] of [
+  ['no INSERT on the table', `${OWN}; GRANT SELECT ON events TO $role`, 'public.events', 'GRANT INSERT ON public.events TO "$role"'],
+  ['no UPDATE on the watermark table', 'GRANT SELECT, INSERT ON hypsink_watermarks, hypsink_rejected, events TO $role', 'public.hypsink_watermarks', 'GRANT SELECT, INSERT, UPDATE ON public.hypsink_watermarks TO "$role"'],
+] as const) {
+  test(`a role with ${what}: HYPSINK_ERR_AUTH naming the role and ${object}, nothing written`, async () => {
+    const r = await roleOn();
+    await r.grant(grants);
+    const w = await pgWorkspace({ url: r.url });
+    const { error, logs } = await exportTwo(w);
+    assert.equal(error?.code, 'HYPSINK_ERR_AUTH', String(error));
+    assert.ok(error!.message.startsWith(`sink "warehouse": role "${r.role}" lacks a privilege on ${object} at postgres://${r.role}@`), error!.message);
+    assert.ok(error!.message.includes(grant.replace('$role', r.role)), error!.message);
+    assert.deepEqual(retries(logs), []);
+    assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM events WHERE source = 'h'"))[0]!.n, 0);
+  });
+}
+
+test('a role without CREATE on the schema, the tables not made yet: HYPSINK_ERR_AUTH naming the schema', async () => {
+  const pg = await testPg();
+  const adminUrl = await pg.database('pgnocreate');
+  const role = `r_${randomBytes(4).toString('hex')}`;
+  await pg.query(`CREATE ROLE ${role} LOGIN PASSWORD 'pw'`);
+  await pg.query(`GRANT USAGE ON SCHEMA public TO ${role}`, [], adminUrl);
+  const url = new URL(adminUrl);
+  url.username = role;
+  url.password = 'pw';
+  const { error } = await exportTwo(await pgWorkspace({ url: url.toString() }));
+  assert.equal(error?.code, 'HYPSINK_ERR_AUTH', String(error));
+  assert.ok(error!.message.startsWith(`sink "warehouse": role "${role}" lacks a privilege on schema public at `), error!.message);
+  assert.ok(error!.message.includes(`GRANT USAGE, CREATE ON SCHEMA public TO "${role}"`), error!.message);
+});
