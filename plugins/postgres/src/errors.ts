@@ -68,7 +68,33 @@ export interface FaultScope {
   readonly user: string;
   readonly shown: string;
   readonly table: string;
+  /** The schema of the sink's tables, and the privileges it needs on each (by table name). */
+  readonly schema?: string;
+  readonly needs?: Readonly<Record<string, string>>;
   readonly redact: Redactor;
+}
+
+/** An identifier as SQL takes it: bare when it may be, quoted otherwise. */
+const ident = (name: string) => (/^[a-z_][a-z0-9_$]*$/.test(name) ? name : `"${name.replace(/"/g, '""')}"`);
+
+/**
+ * What a privilege error refused, from the server's words ("permission denied
+ * for table x", "… for schema s", "must be owner of table x"), and the GRANT
+ * that fixes it; null when the words are not those.
+ */
+function refusedObject(msg: string, s: FaultScope): { what: string; grant: string } | null {
+  const m = /(?:permission denied for|must be owner of) (table|relation|schema) "?([^"\s]+)"?/.exec(msg);
+  if (!m || s.schema === undefined) return null;
+  const role = `"${s.user.replace(/"/g, '""')}"`;
+  if (m[1] === 'schema') {
+    return {
+      what: `schema ${m[2]}`,
+      grant: `GRANT USAGE, CREATE ON SCHEMA ${ident(m[2]!)} TO ${role} (CREATE only while the sink must make its tables; or make them beforehand)`,
+    };
+  }
+  const name = `${ident(s.schema)}.${ident(m[2]!)}`;
+  if (msg.startsWith('must be owner')) return { what: `${s.schema}.${m[2]}`, grant: `ALTER TABLE ${name} OWNER TO ${role}, or set config.createTable to false and change the table yourself` };
+  return { what: `${s.schema}.${m[2]}`, grant: `GRANT ${s.needs?.[m[2]!] ?? 'SELECT, INSERT'} ON ${name} TO ${role}` };
 }
 
 /** The error the sink throws for a fault that is not retried (or no longer). */
@@ -80,12 +106,16 @@ export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attem
   switch (kind) {
     case 'auth':
       return new HypsinkError('HYPSINK_ERR_AUTH', `sink "${s.sink}": ${s.shown} refused the login of role "${s.user}": ${msg}; check the user and password in config.url (or the variable it names)`, { cause });
-    case 'privilege':
+    case 'privilege': {
+      const refused = refusedObject(msg, s);
       return new HypsinkError(
         'HYPSINK_ERR_AUTH',
-        `sink "${s.sink}": role "${s.user}" lacks a privilege on ${s.table} at ${s.shown}: ${msg}; grant it what the README's "Postgres sink" section lists (e.g. GRANT INSERT, SELECT ON ${s.table} TO "${s.user}")`,
+        refused
+          ? `sink "${s.sink}": role "${s.user}" lacks a privilege on ${refused.what} at ${s.shown}: ${msg}; ${refused.grant}`
+          : `sink "${s.sink}": role "${s.user}" lacks a privilege on ${s.table} at ${s.shown}: ${msg}; grant it what the README's "Postgres sink" section lists (e.g. GRANT INSERT, SELECT ON ${s.table} TO "${s.user}")`,
         { cause },
       );
+    }
     case 'retry':
       return new HypsinkError(
         'HYPSINK_ERR_RETRYABLE',
