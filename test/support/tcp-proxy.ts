@@ -109,7 +109,7 @@ export async function startTcpProxy(opts: { target: { host: string; port: number
     stats.bytesFromClients += chunk.length;
   };
 
-  /** How many bytes of `chunk` may go to the server; calls `fired` when the rule fires in it. */
+  /** How many bytes of `chunk` may go to the server, and whether the rule fires after them. */
   const admit = (c: Conn, chunk: Buffer): { forward: number; fire: boolean } => {
     const r = rule;
     if (r.kind === 'drop' && r.at === undefined) {
@@ -121,6 +121,7 @@ export async function startTcpProxy(opts: { target: { host: string; port: number
       return { forward: Math.max(0, room), fire: true };
     }
     if (r.kind !== 'drop' && r.kind !== 'loseAnswer') return { forward: chunk.length, fire: false };
+    const at: readonly string[] = r.at ?? [];
     if (c.epoch !== epoch) {
       // A new rule: it looks at what the client sends from now on.
       c.epoch = epoch;
@@ -133,13 +134,13 @@ export async function startTcpProxy(opts: { target: { host: string; port: number
       const buf = Buffer.concat([c.tail, chunk]);
       const base = c.sent - c.tail.length;
       let from = 0;
-      while (c.stage < r.at.length) {
-        const text = Buffer.from(r.at[c.stage]!, 'utf8');
+      while (c.stage < at.length) {
+        const text = Buffer.from(at[c.stage]!, 'utf8');
         const i = buf.indexOf(text, from);
         if (i < 0) break;
         c.stage++;
         from = i + text.length;
-        if (c.stage === r.at.length) {
+        if (c.stage === at.length) {
           if (r.kind === 'loseAnswer') {
             c.loseNext = true;
             rule = { kind: 'pass' };
@@ -148,7 +149,7 @@ export async function startTcpProxy(opts: { target: { host: string; port: number
           c.dropAt = base + i + r.afterBytes;
         }
       }
-      const keep = Math.max(...r.at.map((t) => Buffer.byteLength(t, 'utf8'))) - 1;
+      const keep = Math.max(...at.map((t) => Buffer.byteLength(t, 'utf8'))) - 1;
       c.tail = buf.subarray(Math.max(0, buf.length - keep));
       if (c.dropAt === undefined) return { forward: chunk.length, fire: false };
     }
