@@ -56,7 +56,7 @@ export const POINTS_BY_OP: Record<string, string[]> = {
   compact: starting('compact.'),
 };
 
-export type Answer = { ok: boolean; [k: string]: unknown } | { died: string };
+export type Answer = { ok: boolean; [k: string]: unknown } | { died: string; stderr?: string };
 
 /**
  * The worker's code as plain JavaScript: every .ts file of kernel/, plugins/,
@@ -106,6 +106,7 @@ function workerBuild(): Promise<string | undefined> {
 class Proc {
   private waiting: ((a: Answer) => void) | undefined;
   alive = true;
+  stderr = '';
   readonly child: ChildProcess;
 
   constructor(env: NodeJS.ProcessEnv, js: string | undefined) {
@@ -113,7 +114,10 @@ class Proc {
     const args = js ? [...prof, js] : [...prof, '--import', 'tsx', WORKER];
     const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.child = child;
-    child.stderr?.resume();
+    // The last of what it wrote to stderr: why a process died that no fault point killed.
+    child.stderr?.on('data', (d: Buffer) => {
+      this.stderr = (this.stderr + d.toString('utf8')).slice(-4000);
+    });
     createInterface({ input: child.stdout! }).on('line', (l) => {
       const w = this.waiting;
       this.waiting = undefined;
@@ -123,7 +127,7 @@ class Proc {
       this.alive = false;
       const w = this.waiting;
       this.waiting = undefined;
-      w?.({ died: signal ?? `exit ${code}` });
+      w?.({ died: signal ?? `exit ${code}`, ...(signal === 'SIGKILL' ? {} : { stderr: this.stderr }) });
     });
   }
 
@@ -157,6 +161,8 @@ export class Worker {
   private config = '';
   crashes = 0;
   starts = 0;
+  /** Deaths no fault point caused, since the last `takeUnexpected`. */
+  private unexpected: string[] = [];
 
   constructor(
     private readonly env: NodeJS.ProcessEnv,
@@ -168,6 +174,12 @@ export class Worker {
   partner(): Worker {
     this.mate ??= new Worker(this.env, this.world, false);
     return this.mate;
+  }
+
+  /** Deaths no fault point caused (this process's and its partner's), each once. */
+  takeUnexpected(): string[] {
+    const out = [...this.unexpected.splice(0), ...(this.mate?.takeUnexpected() ?? [])];
+    return out;
   }
 
   /** Crashes of this process and its partner. */
@@ -235,7 +247,11 @@ export class Worker {
     }
     const t0 = performance.now();
     const a = await this.raw(op);
-    if ('died' in a) this.crashes++;
+    if ('died' in a) {
+      this.crashes++;
+      // Only a fault point kills (SIGKILL): any other death is a bug in what the worker ran.
+      if (a.died !== 'SIGKILL') this.unexpected.push(`${op.op}${op.op === 'export' ? ` ${op.sink}` : ''}: the worker died (${a.died}) on its own: ${String(a.stderr ?? '').trim().split('\n').slice(0, 6).join(' | ')}`);
+    }
     if (process.env.SIM_TRACE) {
       const brief = op.op === 'ingest' ? { ...op, parts: op.parts.map((p) => `${p.batchId}: ${p.rows.length} rows from ${p.rows[0]?.id}`) } : op;
       process.stderr.write(`  ${(performance.now() - t0).toFixed(0).padStart(4)} ms ${JSON.stringify(brief)} → ${JSON.stringify(a).slice(0, 300)}\n`);

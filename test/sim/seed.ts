@@ -740,6 +740,7 @@ class Scenario {
     if (!status && !this.damage) this.expect('status', st, false);
     if (status) this.last = status;
     await this.oracle.step(this.label, this.cur, status, this.problems, !status);
+    for (const u of this.worker.takeUnexpected()) this.problems.add(this.label, u);
   }
 
   async run(): Promise<number> {
@@ -821,6 +822,7 @@ class Scenario {
       this.problems,
       label.startsWith('clean run [') ? ` [${label.slice('clean run ['.length)}` : '',
     );
+    for (const u of this.worker.takeUnexpected()) this.problems.add(label, u);
   }
 }
 
