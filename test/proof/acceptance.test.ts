@@ -1,7 +1,9 @@
 /**
  * Acceptance (the plan's T6, DESIGN §8): the real kernel cache, real retention,
- * real compaction, all three sinks — local-fs, S3 on s3rver over loopback,
- * forward to the reference receiver over loopback — and the real driver outbox.
+ * real compaction, all four sinks — local-fs, S3 on s3rver over loopback,
+ * forward to the reference receiver over loopback, postgres to an embedded
+ * PostgreSQL over a loopback TCP proxy (read back with SQL) — and the real
+ * driver outbox.
  */
 import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
@@ -89,6 +91,8 @@ async function scene(opts: { unitRows?: number; before?: (dir: string, src: (nam
   return s;
 }
 
+const pgCount = async () => Number((await world.pgQuery<{ n: string }>('SELECT count(*)::text AS n FROM events'))[0]!.n);
+
 async function countFiles(dir: string): Promise<number> {
   let n = 0;
   for (const e of await fsp.readdir(dir, { withFileTypes: true, recursive: true }).catch(() => [])) if (e.isFile() && !e.name.endsWith('.part')) n++;
@@ -103,11 +107,17 @@ test('a tick with no new rows writes 0 files, 0 objects and sends 0 bytes', asyn
   const files = await countFiles(join(s.dir, 'exports'));
   const s3Requests = world.s3Proxy.log.length;
   const receiverRequests = world.receiverProxy.log.length;
+  const pgBytes = world.pgProxy.stats.bytesFromClients;
+  const pgConnections = world.pgProxy.stats.connections;
+  const tableRows = await pgCount();
   const rows = await s.exportAll();
-  assert.deepEqual([...rows.values()], [0, 0, 0]);
+  assert.deepEqual([...rows.values()], SINKS.map(() => 0));
   assert.equal(await countFiles(join(s.dir, 'exports')), files);
   assert.equal(world.s3Proxy.log.length - s3Requests, 0, 'no S3 request at all');
   assert.equal(world.receiverProxy.log.length - receiverRequests, 0, 'no request to the receiver');
+  assert.equal(world.pgProxy.stats.bytesFromClients - pgBytes, 0, 'not a byte to PostgreSQL');
+  assert.equal(world.pgProxy.stats.connections - pgConnections, 0, 'no connection to PostgreSQL');
+  assert.equal(await pgCount(), tableRows);
   await s.check();
 });
 
@@ -207,11 +217,11 @@ test('legacy rows without a seq are exported once, then never again', async () =
     s.ledger.acked.get(s.src('old'))!.add(id);
   }
   const first = await s.exportAll();
-  assert.deepEqual([...first.values()], [4, 4, 4], 'legacy rows exported once by each sink');
+  assert.deepEqual([...first.values()], SINKS.map(() => 4), 'legacy rows exported once by each sink');
   await s.ingest('old', 6);
   const second = await s.exportAll();
-  assert.deepEqual([...second.values()], [6, 6, 6], 'then only the new rows');
+  assert.deepEqual([...second.values()], SINKS.map(() => 6), 'then only the new rows');
   await s.k.cache.compact();
-  assert.deepEqual([...(await s.exportAll()).values()], [0, 0, 0], 'compaction does not make them new again');
+  assert.deepEqual([...(await s.exportAll()).values()], SINKS.map(() => 0), 'compaction does not make them new again');
   await s.check();
 });

@@ -38,9 +38,10 @@ interface Case {
   readonly sink: SinkName | null;
 }
 
-/** Which sink kinds a point lies on: export points on all three, sink-specific ones on theirs, cache points on none. */
+/** Which sink kinds a point lies on: export points on all four, sink-specific ones on theirs, cache points on none. */
 function casesFor(point: string): Case[] {
   if (point.startsWith('export.')) return SINKS.map((sink) => ({ point, sink }));
+  if (point.startsWith('postgres.')) return [{ point, sink: 'pg' }];
   if (point.startsWith('localfs.')) return [{ point, sink: 'files' }];
   if (point.startsWith('s3.')) return [{ point, sink: 'lake' }];
   if (point.startsWith('receiver.')) return [{ point, sink: 'central' }];

@@ -1,6 +1,6 @@
 /**
  * What the simulation and the crash matrix share: a worker process that runs
- * kernel operations and can be killed at a fault point, a config with all three
+ * kernel operations and can be killed at a fault point, a config with all four
  * sinks over the world's services, a ledger of what the host sent (batches,
  * acknowledged or not), the clean run, and the oracle.
  *
@@ -14,6 +14,13 @@
  * committed more than once. After the clean run: delivered = committed − gap,
  * exactly; every acknowledged batch committed; no open intent; and two sinks
  * never disagree about a row both delivered.
+ *
+ * The Postgres sink (pg) is read back with plain SQL: its rows of a partition
+ * are the table's rows of that source whose ids this cache was sent (ids are
+ * never shared between the caches of a scenario), plus the rows its dead
+ * letter holds under this cache's id; its watermark row must be where the
+ * local record says the last unit ended (or an in-flight unit's end), and
+ * after the clean run exactly there. @ref LLP 0043
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { promises as fsp, rmSync, type Stats } from 'node:fs';
@@ -26,12 +33,13 @@ import * as pw from 'parquet-wasm/node';
 import { readStored } from '../../fixtures/receiver/server.js';
 import { encodeSegment } from '../../kernel/store/segments.js';
 import { FAULT_POINTS } from '../../kernel/fault.js';
+import { cacheIdOf, localRecord, PG_SINK, pgRejected, pgRows, pgWatermark, REFUSE_MARK, watermarkDisagrees } from './pg.js';
 import type { World } from './world.js';
 import type { IngestPart, WorkerOp } from './worker.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const WORKER = join(ROOT, 'test/sim/worker.ts');
-export const SINKS = ['files', 'lake', 'central'] as const;
+export const SINKS = ['files', 'lake', 'central', PG_SINK] as const;
 export type SinkName = (typeof SINKS)[number];
 const SEQ = '_hyp_ingest_seq';
 
@@ -43,11 +51,12 @@ export const POINTS_BY_OP: Record<string, string[]> = {
   'export files': starting('export.', 'localfs.'),
   'export lake': starting('export.', 's3.'),
   'export central': starting('export.'),
+  [`export ${PG_SINK}`]: starting('export.', 'postgres.'),
   retention: starting('retention.'),
   compact: starting('compact.'),
 };
 
-export type Answer = { ok: boolean; [k: string]: unknown } | { died: string };
+export type Answer = { ok: boolean; [k: string]: unknown } | { died: string; stderr?: string };
 
 /**
  * The worker's code as plain JavaScript: every .ts file of kernel/, plugins/,
@@ -97,6 +106,7 @@ function workerBuild(): Promise<string | undefined> {
 class Proc {
   private waiting: ((a: Answer) => void) | undefined;
   alive = true;
+  stderr = '';
   readonly child: ChildProcess;
 
   constructor(env: NodeJS.ProcessEnv, js: string | undefined) {
@@ -104,7 +114,10 @@ class Proc {
     const args = js ? [...prof, js] : [...prof, '--import', 'tsx', WORKER];
     const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.child = child;
-    child.stderr?.resume();
+    // The last of what it wrote to stderr: why a process died that no fault point killed.
+    child.stderr?.on('data', (d: Buffer) => {
+      this.stderr = (this.stderr + d.toString('utf8')).slice(-4000);
+    });
     createInterface({ input: child.stdout! }).on('line', (l) => {
       const w = this.waiting;
       this.waiting = undefined;
@@ -114,7 +127,7 @@ class Proc {
       this.alive = false;
       const w = this.waiting;
       this.waiting = undefined;
-      w?.({ died: signal ?? `exit ${code}` });
+      w?.({ died: signal ?? `exit ${code}`, ...(signal === 'SIGKILL' ? {} : { stderr: this.stderr }) });
     });
   }
 
@@ -138,19 +151,47 @@ class Proc {
 /**
  * A worker process, reused across scenarios and restarted after each crash. A
  * spare process is kept started (its module loading done), so a crash costs
- * the next operation an `open`, not a process start.
+ * the next operation an `open`, not a process start. Its `partner()` is a
+ * second process, for a second cache running at the same time (no spare).
  */
 export class Worker {
   private proc: Proc | undefined;
   private spare: Promise<Proc> | undefined;
+  private mate: Worker | undefined;
   private config = '';
   crashes = 0;
   starts = 0;
+  /** Deaths no fault point caused, since the last `takeUnexpected`. */
+  private unexpected: string[] = [];
 
   constructor(
     private readonly env: NodeJS.ProcessEnv,
     private readonly world?: World,
+    private readonly spares = true,
   ) {}
+
+  /** The second process of this lane, started on first use. */
+  partner(): Worker {
+    this.mate ??= new Worker(this.env, this.world, false);
+    return this.mate;
+  }
+
+  /** Deaths no fault point caused (this process's and its partner's), each once. */
+  takeUnexpected(): string[] {
+    const out = [...this.unexpected.splice(0), ...(this.mate?.takeUnexpected() ?? [])];
+    return out;
+  }
+
+  /** Crashes of this process and its partner. */
+  get allCrashes(): number {
+    return this.crashes + (this.mate?.crashes ?? 0);
+  }
+
+  /** Close the open cache (its lock goes with it); the process stays for the next `use`. */
+  async release(): Promise<void> {
+    if (this.proc?.alive) await this.raw({ op: 'close' });
+    this.config = '';
+  }
 
   get current(): string {
     return this.config;
@@ -167,6 +208,7 @@ export class Worker {
   resetCounts(): void {
     this.crashes = 0;
     this.starts = 0;
+    this.mate?.resetCounts();
   }
 
   /** Start a process and warm it on a scratch cache whose sinks reach the world's servers directly (no seed's proxy rules). */
@@ -176,7 +218,12 @@ export class Worker {
     if (this.world) {
       const dir = await fsp.mkdtemp(join(tmpdir(), 'hypsink-sim-warm-'));
       try {
-        const direct = { ...this.world, s3Proxy: { endpoint: this.world.s3.endpoint }, receiverProxy: { endpoint: this.world.receiver.url } } as unknown as World;
+        const direct = {
+          ...this.world,
+          s3Proxy: { endpoint: this.world.s3.endpoint },
+          receiverProxy: { endpoint: this.world.receiver.url },
+          pgUrl: this.world.pgDirectUrl,
+        } as unknown as World;
         const config = await writeScenarioConfig(dir, direct, { prefix: 'warm', unitRows: 2, rowGroupRows: 2 });
         await p.request({ op: 'warm', config });
       } finally {
@@ -191,8 +238,8 @@ export class Worker {
       const t1 = performance.now();
       this.proc = await (this.spare ?? this.launch());
       const t2 = performance.now();
-      this.spare = this.launch();
-      this.spare.catch(() => undefined);
+      this.spare = this.spares ? this.launch() : undefined;
+      this.spare?.catch(() => undefined);
       this.starts++;
       const opened = await this.raw({ op: 'open', config: this.config });
       if (!('ok' in opened) || !opened.ok) throw new Error(`worker failed to open: ${JSON.stringify(opened)}`);
@@ -200,7 +247,11 @@ export class Worker {
     }
     const t0 = performance.now();
     const a = await this.raw(op);
-    if ('died' in a) this.crashes++;
+    if ('died' in a) {
+      this.crashes++;
+      // Only a fault point kills (SIGKILL): any other death is a bug in what the worker ran.
+      if (a.died !== 'SIGKILL') this.unexpected.push(`${op.op}${op.op === 'export' ? ` ${op.sink}` : ''}: the worker died (${a.died}) on its own: ${String(a.stderr ?? '').trim().split('\n').slice(0, 6).join(' | ')}`);
+    }
     if (process.env.SIM_TRACE) {
       const brief = op.op === 'ingest' ? { ...op, parts: op.parts.map((p) => `${p.batchId}: ${p.rows.length} rows from ${p.rows[0]?.id}`) } : op;
       process.stderr.write(`  ${(performance.now() - t0).toFixed(0).padStart(4)} ms ${JSON.stringify(brief)} → ${JSON.stringify(a).slice(0, 300)}\n`);
@@ -217,6 +268,7 @@ export class Worker {
     this.spare = undefined;
     await this.proc?.stop();
     if (spare) await (await spare.catch(() => undefined))?.stop();
+    await this.mate?.stop();
   }
 }
 
@@ -246,9 +298,11 @@ export interface ScenarioOptions {
   readonly unitRowsBySink?: Partial<Record<SinkName, number>>;
   /** The nullable STRING column `extra` was added to the dataset. */
   readonly extraColumn?: boolean;
+  /** The pg sink's database URL (default the world's, through its TCP proxy). */
+  readonly pgUrl?: string;
 }
 
-/** A config with the `events` dataset and (up to) three sinks: files (local-fs), lake (S3), central (forward). */
+/** A config with the `events` dataset and (up to) four sinks: files (local-fs), lake (S3), central (forward), pg (postgres). */
 export async function writeScenarioConfig(dir: string, world: World, o: ScenarioOptions): Promise<string> {
   const unit = (s: SinkName) => ({ maxRows: o.unitRowsBySink?.[s] ?? o.unitRows });
   const all = {
@@ -280,6 +334,20 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
         maxInlineWaitMs: 60,
         timeoutMs: 5_000,
         retry: { attempts: 2, baseMs: 5, maxMs: 20 },
+      },
+    },
+    [PG_SINK]: {
+      plugin: '@hypsink/postgres',
+      datasets: ['events'],
+      unit: unit(PG_SINK),
+      config: {
+        // The driver's database, shared by its seeds (they keep apart by source, and the cache id as writer).
+        url: o.pgUrl ?? world.pgUrl,
+        poolSize: 2,
+        // A refused connection answers at once; a hang is a bug to see, not to wait out for minutes.
+        connectTimeoutMs: 5_000,
+        statementTimeoutMs: 20_000,
+        retry: { attempts: 3, baseMs: 5, maxMs: 20 },
       },
     },
   };
@@ -336,13 +404,28 @@ export class Ledger {
   readonly attempted = new Map<string, Set<number>>();
   readonly acked = new Map<string, Set<number>>();
 
-  constructor(private readonly tag = 'b') {}
+  /**
+   * @param refuseEvery every row whose id is a multiple of it carries REFUSE_MARK in its
+   * msg: the world's PostgreSQL table refuses it (the pg sink's dead letter keeps it).
+   */
+  constructor(
+    private readonly tag = 'b',
+    readonly refuseEvery = 0,
+  ) {}
+
+  /** A row's content follows from its id. */
+  msgOf(id: number): string {
+    return this.refuseEvery > 0 && id % this.refuseEvery === 0 ? `m${id}${REFUSE_MARK}` : `m${id}`;
+  }
+  tsOf(id: number): string {
+    return new Date(Date.UTC(2026, 0, 1) + id * 1000).toISOString();
+  }
 
   /** Fresh rows: each id, and so each row's content, is new. */
   fresh(n: number): SimRow[] {
     return Array.from({ length: n }, () => {
       const id = this.nextId++;
-      return { id, ts: new Date(Date.UTC(2026, 0, 1) + id * 1000).toISOString(), msg: `m${id}` };
+      return { id, ts: this.tsOf(id), msg: this.msgOf(id) };
     });
   }
 
@@ -556,6 +639,8 @@ export interface PartitionFacts {
   intent: unknown;
   gapRows: number;
   committedRows: number;
+  /** Rows the destination refused, kept in the sink's dead letter. */
+  rejectedRows?: number;
   lastError: string | null;
 }
 export interface StatusFacts {
@@ -563,6 +648,13 @@ export interface StatusFacts {
 }
 
 type Counts = Map<number, number>;
+
+interface PgFacts {
+  readonly rows: Awaited<ReturnType<typeof pgRows>>;
+  readonly rejected: Awaited<ReturnType<typeof pgRejected>>;
+  readonly writer: string | undefined;
+  readonly delivered: Counts;
+}
 const bump = (m: Counts, id: number, n = 1) => m.set(id, (m.get(id) ?? 0) + n);
 
 /** Committed rows of one partition, by seq, as read from the cache after each step. */
@@ -594,6 +686,7 @@ export class CacheView {
   readonly dest: Record<'files' | 'lake', Destination>;
   readonly resets = new Map<SinkName, Reset>();
   configPath = '';
+  private writerId: string | undefined;
 
   constructor(
     readonly name: string,
@@ -607,6 +700,12 @@ export class CacheView {
 
   get sinks(): readonly SinkName[] {
     return this.opts.sinks ?? SINKS;
+  }
+
+  /** The cache's id: the pg sink's `writer` (known once the cache was opened). */
+  async writer(): Promise<string | undefined> {
+    this.writerId ??= await cacheIdOf(join(this.dir, 'cache'));
+    return this.writerId;
   }
 
   partitionDir(source: string): string {
@@ -707,7 +806,10 @@ export async function settle(worker: Worker, sinks: readonly string[], problems:
  * The older oracle, over sets (every row distinct, acknowledged rows per source):
  * per sink and partition, no row twice, no row that was not ingested there,
  * every acknowledged row delivered unless reported in the gap, and
- * delivered + gap = committed. `receiverDir` defaults to the world's.
+ * delivered + gap = committed. `receiverDir` defaults to the world's. The pg
+ * sink's rows are the table's rows of the source and its dead letter's, read
+ * with SQL; its dead letter holds as many rows as status counts rejected, only
+ * rows the table refuses, and its watermark row agrees with the local record.
  */
 export async function checkDestinations(
   dir: string,
@@ -722,15 +824,25 @@ export async function checkDestinations(
   for (const sink of status.sinks) {
     for (const p of sink.partitions) {
       const seg = encodeSegment(p.source);
+      const where = `${sink.name} ${p.source}`;
       let delivered: number[] = [];
-      if (sink.name === 'files') {
+      if (sink.name === PG_SINK) {
+        delivered = (await pgRows(world, p.source)).map((r) => r.id);
+        const writer = await cacheIdOf(join(dir, 'cache'));
+        const rejected = writer ? await pgRejected(world, writer, p.source) : [];
+        delivered.push(...rejected.map((r) => r.id));
+        if (rejected.length !== (p.rejectedRows ?? 0)) problems.push(`${where}: the dead letter holds ${rejected.length} rows, status counts ${p.rejectedRows ?? 0} rejected`);
+        const unrefused = rejected.filter((r) => !r.msg?.includes(REFUSE_MARK)).map((r) => r.id);
+        if (unrefused.length) problems.push(`${where}: rows ${unrefused.slice(0, 5)} are in the dead letter, but the table takes them`);
+        const bad = watermarkDisagrees(writer ? await pgWatermark(world, writer, p.source) : null, await localRecord(join(dir, 'state'), p.source), p.intent === null);
+        if (bad) problems.push(`${where}: ${bad}`);
+      } else if (sink.name === 'files') {
         for (const f of await walk(join(dir, 'exports', 'events', `source=${seg}`), '.parquet')) delivered.push(...((await readParquetFile(f, false))?.ids ?? []));
       } else if (sink.name === 'lake') {
         for (const f of await walk(join(world.s3.directory, 'simlake', ...prefix.split('/'), 'events', `source=${seg}`), '._S3rver_object')) {
           delivered.push(...((await readParquetFile(f, false))?.ids ?? []));
         }
       } else delivered = (stored.rows.events?.[p.source] ?? []).map((row) => Number(row.id));
-      const where = `${sink.name} ${p.source}`;
       const seen = new Set<number>();
       for (const id of delivered) {
         if (seen.has(id)) problems.push(`${where}: row ${id} delivered twice`);
@@ -794,7 +906,50 @@ export class Oracle {
 
   private async delivered(view: CacheView, sink: string, source: string): Promise<Counts> {
     if (sink === 'central') return this.central(source);
+    if (sink === PG_SINK) return (await this.pgFacts(view, source)).delivered;
     return view.delivered(this.world, sink as 'files' | 'lake', source);
+  }
+
+  /**
+   * What the pg sink delivered of a cache's partition: the table's rows of the source
+   * with an id this cache was sent, and the dead letter's rows under its cache id.
+   */
+  private async pgFacts(view: CacheView, source: string): Promise<PgFacts> {
+    const mine = this.ledger.counts(view.name, source);
+    const rows = await pgRows(this.world, source);
+    const writer = await view.writer();
+    const rejected = writer ? await pgRejected(this.world, writer, source) : [];
+    const delivered: Counts = new Map();
+    for (const r of rows) if (mine.has(r.id)) bump(delivered, r.id);
+    for (const r of rejected) bump(delivered, r.id);
+    return { rows, rejected, writer, delivered };
+  }
+
+  /**
+   * The pg sink's own facts: the table holds no row no cache was sent and each
+   * row as it was sent; the dead letter only rows the table refuses (after the
+   * clean run: as many as status counts); the watermark row where the local
+   * record says (after the clean run: exactly where the watermark is).
+   */
+  private async pgCheck(when: string, view: CacheView, p: PartitionFacts, facts: PgFacts, problems: Problems, settled: boolean): Promise<void> {
+    const tag = this.views.length > 1 ? `cache ${view.name} ` : '';
+    const where = `${tag}${PG_SINK} ${p.source}`;
+    const strays: number[] = [];
+    const changed: string[] = [];
+    for (const r of facts.rows) {
+      if (!this.ledger.wasSent(p.source, r.id)) strays.push(r.id);
+      else if (r.msg !== this.ledger.msgOf(r.id) || r.ts !== this.ledger.tsOf(r.id)) changed.push(`${r.id} (${JSON.stringify(r.msg)} at ${r.ts})`);
+    }
+    if (strays.length) problems.add(when, `${PG_SINK} ${p.source}: table rows no cache was sent (first ${firstIds(strays)})`, `${PG_SINK} ${p.source} strays`);
+    if (changed.length) problems.add(when, `${PG_SINK} ${p.source}: table rows not as sent: ${changed.slice(0, 4).join(', ')}`, `${PG_SINK} ${p.source} changed`);
+    const unrefused = facts.rejected.filter((r) => !r.msg?.includes(REFUSE_MARK)).map((r) => r.id);
+    if (unrefused.length) problems.add(when, `${where}: rows the table takes are in the dead letter (first ${firstIds(unrefused)})`, `${where} unrefused`);
+    if (settled && facts.rejected.length !== (p.rejectedRows ?? 0)) {
+      problems.add(when, `${where}: the dead letter holds ${facts.rejected.length} rows, status counts ${p.rejectedRows ?? 0} rejected`);
+    }
+    if (!facts.writer) return;
+    const bad = watermarkDisagrees(await pgWatermark(this.world, facts.writer, p.source), await localRecord(join(view.dir, 'state'), p.source), settled);
+    if (bad) problems.add(when, `${where}: ${bad}`, `${where} watermark row`);
   }
 
   /** What a sink may hold of a partition: committed, by this cache (central: by every cache of the scenario). */
@@ -854,7 +1009,12 @@ export class Oracle {
         if (!skipIdentity && !view.resets.has(sink.name as SinkName) && p.exportedRows + p.gapRows + p.pendingRows !== p.committedRows) {
           problems.add(when, `${where}: exported ${p.exportedRows} + gap ${p.gapRows} + pending ${p.pendingRows} ≠ committed ${p.committedRows}`, `${where} identity`);
         }
-        const d = await this.delivered(view, sink.name, p.source);
+        let d: Counts;
+        if (sink.name === PG_SINK) {
+          const facts = await this.pgFacts(view, p.source);
+          await this.pgCheck(when, view, p, facts, problems, false);
+          d = facts.delivered;
+        } else d = await this.delivered(view, sink.name, p.source);
         this.overDelivery(when, sink.name === 'central' ? `central ${p.source}` : where, p.source, d, this.owed(view, sink.name, p.source), problems);
       }
     }
@@ -880,7 +1040,12 @@ export class Oracle {
             problems.add(when, `${where}: exported ${p.exportedRows} + gap ${p.gapRows} + pending ${p.pendingRows} ≠ committed ${p.committedRows}`, `${where} identity final`);
           }
           if (sink.name === 'central') centralGap.set(p.source, (centralGap.get(p.source) ?? 0) + p.gapRows);
-          const delivered = await this.delivered(view, sink.name, p.source);
+          let delivered: Counts;
+          if (sink.name === PG_SINK) {
+            const facts = await this.pgFacts(view, p.source);
+            await this.pgCheck(when, view, p, facts, problems, p.intent === null);
+            delivered = facts.delivered;
+          } else delivered = await this.delivered(view, sink.name, p.source);
           perView.push({ view, sink: sink.name, source: p.source, delivered, gap: p.gapRows, reset });
           if (sink.name === 'central') continue;
           const owed = view.committed(p.source, sink.name as SinkName);

@@ -8,8 +8,13 @@
  * restored from backup, config changes between steps (a sink left out and
  * brought back, unit limits, a nullable column added, a destination moved by
  * an operator who then resets the sink or moves the files and accepts), and a
- * second cache forwarding to the same receiver — then a clean run. The oracle
- * (harness.ts) checks after every step and after the clean run.
+ * second cache forwarding to the same receiver — then a clean run. The Postgres
+ * sink meets connection faults through the lane's TCP proxy (refused, dropped
+ * mid-COPY, before COMMIT, COMMIT's answer lost, after N bytes, idle ones
+ * dropped, slow), crashes at its points, rows the table refuses (seeds whose
+ * number is a multiple of 3), and the second cache exporting to the same table
+ * at the same time from a second process. The oracle (harness.ts) checks after
+ * every step and after the clean run. @ref LLP 0043
  */
 import { promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -20,6 +25,7 @@ import * as pw from 'parquet-wasm/node';
 import { rng } from '../../fixtures/demo/generate.js';
 import { encodeSegment } from '../../kernel/store/segments.js';
 import type { FaultRule } from '../support/fault-proxy.js';
+import type { TcpRule } from '../support/tcp-proxy.js';
 import {
   type Answer,
   type Batch,
@@ -30,6 +36,7 @@ import {
   Oracle,
   POINTS_BY_OP,
   Problems,
+  SINKS,
   type SinkName,
   type StatusFacts,
   sendBatches,
@@ -37,6 +44,7 @@ import {
   type Worker,
   writeScenarioConfig,
 } from './harness.js';
+import { PG_SINK } from './pg.js';
 import type { World } from './world.js';
 import type { WorkerOp } from './worker.js';
 
@@ -69,6 +77,12 @@ interface Move {
 }
 
 const ok = (a: Answer) => 'ok' in a && a.ok;
+
+/** A cache and the process it is open in. */
+interface Side {
+  readonly view: CacheView;
+  readonly worker: Worker;
+}
 
 /** A step's operation: a worker op, or the host sending `n` fresh rows of a source. */
 type SimOp = WorkerOp | { op: 'send'; source: string; n: number };
@@ -103,10 +117,12 @@ class Scenario {
   constructor(
     readonly seed: number,
     readonly world: World,
-    readonly worker: Worker,
+    /** The process of the cache open now (the lane's second one while a step runs on the other cache there). */
+    public worker: Worker,
   ) {
     this.r = rng(seed);
-    this.ledger = new Ledger(`s${seed}`);
+    // Rows the table refuses, from the seed's number (not its random stream). @ref LLP 0043
+    this.ledger = new Ledger(`s${seed}`, seed % 3 === 0 ? 5 + (seed % 7) : 0);
     this.oracle = new Oracle(world, this.ledger);
   }
 
@@ -301,8 +317,7 @@ class Scenario {
     if (!a) return;
     this.absent = undefined;
     this.note(`config: sink ${a.sink} back`);
-    const all: SinkName[] = ['files', 'lake', 'central'];
-    a.view.opts = { ...a.view.opts, sinks: all.filter((s) => s === a.sink || a.view.sinks.includes(s)) };
+    a.view.opts = { ...a.view.opts, sinks: SINKS.filter((s) => s === a.sink || a.view.sinks.includes(s)) };
     await this.reopen(a.view);
   }
 
@@ -364,7 +379,7 @@ class Scenario {
         return undefined;
       });
     }
-    if (!this.absent && view.sinks.length === 3) {
+    if (!this.absent && view.sinks.length === SINKS.length) {
       choices.push(async () => {
         const sink = this.pick(view.sinks);
         if (this.move?.sink === sink || !(await this.hasWatermarks(view, sink))) return undefined;
@@ -475,7 +490,7 @@ class Scenario {
   /** A sink left out of the config while retention runs, then brought back. */
   async episodeAbsent(): Promise<WorkerOp | undefined> {
     const view = this.cur;
-    if (this.absent || view.sinks.length < 3) return undefined;
+    if (this.absent || view.sinks.length < SINKS.length) return undefined;
     // Not a sink whose moved destination the operator has yet to decide about.
     const sink = this.pick(view.sinks.filter((s) => s !== this.move?.sink));
     const source = this.pick(view.sources);
@@ -522,6 +537,90 @@ class Scenario {
     this.note(`open cache ${this.cur.name}`);
     await this.applyMirror();
     return { op: 'export', sink: this.cur.sinks.includes('central') ? 'central' : this.pick(this.cur.sinks) };
+  }
+
+  /**
+   * Both caches export pg at the same time, each from its own process (its own
+   * cache id, so its own watermark rows), into the one table: rows in the same
+   * shapes first (their units line up), maybe a connection fault (it drops both
+   * processes' connections), maybe a crash of one of them. @ref LLP 0043
+   */
+  async episodeConcurrentPg(): Promise<WorkerOp | undefined> {
+    const other = this.views.find((v) => v !== this.cur);
+    if (!other || !this.cur.sinks.includes(PG_SINK) || !other.sinks.includes(PG_SINK)) return undefined;
+    const here: Side = { view: this.cur, worker: this.worker };
+    const there: Side = { view: other, worker: this.worker.partner() };
+    this.note(`open cache ${other.name} in a second process`);
+    await there.worker.use(other.configPath);
+    const [first, second] = this.views[0] === here.view ? [here, there] : [there, here];
+    const source = this.pick(this.cur.sources);
+    await this.on(first, () => this.ingestFresh(source, this.int(4, 40), this.int(1, 2)));
+    await this.on(second, () => this.applyMirror());
+    if (this.chance(0.6)) this.pgFault();
+    let armed: Side | undefined;
+    if (this.armed < 2 && this.chance(0.5)) {
+      armed = this.pick([here, there]);
+      const point = this.pick(['postgres.afterCopy', 'postgres.afterCommit', 'postgres.afterCommit', 'export.afterShip', 'export.afterIntent']);
+      const action = this.chance(0.25) ? 'throw' : 'kill';
+      this.armed++;
+      this.note(`arm ${point}${action === 'throw' ? ' (throw)' : ''} in cache ${armed.view.name}'s process`);
+      await armed.worker.send({ op: 'arm', point, at: 1, action });
+    }
+    this.note(`export ${PG_SINK} in both processes at once`);
+    const answers = await Promise.all([here, there].map((x) => x.worker.send({ op: 'export', sink: PG_SINK })));
+    this.world.setPgRule(undefined);
+    [here, there].forEach((x, i) => {
+      if (died(answers[i]!)) this.note(`cache ${x.view.name}'s process died`);
+    });
+    if (armed && !died(answers[[here, there].indexOf(armed)]!)) await armed.worker.send({ op: 'disarm' });
+    // The other cache's checks on its own process (not restarted for them if it died), then its cache is let go.
+    const st = died(answers[1]!) ? undefined : await there.worker.send({ op: 'status' });
+    const status = st && ok(st) ? (st as { status?: StatusFacts }).status : undefined;
+    await this.oracle.step(this.label, other, status, this.problems, !status);
+    await there.worker.release();
+    return { op: 'export', sink: PG_SINK };
+  }
+
+  /** Run `fn` as the host of another cache, on another process. */
+  private async on<T>(side: Side, fn: () => Promise<T>): Promise<T> {
+    const was: Side = { view: this.cur, worker: this.worker };
+    this.cur = side.view;
+    this.worker = side.worker;
+    try {
+      return await fn();
+    } finally {
+      this.cur = was.view;
+      this.worker = was.worker;
+    }
+  }
+
+  /** A fault on the way to PostgreSQL for this step's export (through the lane's TCP proxy, every connection of it). */
+  pgFault(): void {
+    const kind = this.pick(['copy', 'commit', 'lostCommit', 'lostCommit', 'bytes', 'refuse', 'idle', 'delay'] as const);
+    let rule: TcpRule | undefined;
+    if (kind === 'copy') {
+      rule = { kind: 'drop', at: ['COPY '], afterBytes: this.int(0, 600) };
+      this.note(`pg proxy: drop every connection ${rule.afterBytes} bytes into a COPY`);
+    } else if (kind === 'commit') {
+      rule = { kind: 'drop', at: ['COPY ', 'COMMIT\0'], afterBytes: 0 };
+      this.note('pg proxy: drop every connection at the COMMIT after a COPY (it never reaches the server)');
+    } else if (kind === 'lostCommit') {
+      rule = { kind: 'loseAnswer', at: ['COPY ', 'COMMIT\0'] };
+      this.note("pg proxy: the COMMIT after a COPY reaches the server, its answer is lost (every connection dropped)");
+    } else if (kind === 'bytes') {
+      rule = { kind: 'drop', afterBytes: this.int(0, 3000) };
+      this.note(`pg proxy: drop every connection after ${rule.afterBytes} more bytes from the clients`);
+    } else if (kind === 'refuse') {
+      this.world.pgProxy.dropAll();
+      rule = { kind: 'refuse' };
+      this.note('pg proxy: drop every open connection, refuse new ones');
+    } else if (kind === 'idle') {
+      this.note(`pg proxy: drop every open connection now (${this.world.pgProxy.dropAll()})`);
+    } else {
+      rule = { kind: 'delay', ms: this.int(1, 8) };
+      this.note(`pg proxy: every chunk ${rule.ms} ms late`);
+    }
+    this.world.setPgRule(rule);
   }
 
   /** An operator points the files dir or the lake prefix somewhere new. */
@@ -573,6 +672,10 @@ class Scenario {
     } else if (x < 0.56) {
       op = { op: 'export', sink: this.pick(sinks) };
       crashP = 0.12;
+      if (op.sink === PG_SINK && this.chance(0.5)) {
+        this.pgFault();
+        crashP = 0.2;
+      }
     } else if (x < 0.66) {
       const coupled = this.chance(0.75);
       op = coupled
@@ -622,6 +725,7 @@ class Scenario {
     await this.runOp(op, crashP);
     this.world.setReceiverRule(undefined);
     this.world.setS3Rule(undefined);
+    this.world.setPgRule(undefined);
   }
 
   /** Rows the last crash left durable in a spool are committed, and seen, before a prune can take them. */
@@ -636,6 +740,7 @@ class Scenario {
     if (!status && !this.damage) this.expect('status', st, false);
     if (status) this.last = status;
     await this.oracle.step(this.label, this.cur, status, this.problems, !status);
+    for (const u of this.worker.takeUnexpected()) this.problems.add(this.label, u);
   }
 
   async run(): Promise<number> {
@@ -669,6 +774,7 @@ class Scenario {
     if (this.chance(0.2)) planned.push(() => this.episodeMove());
     if (this.chance(0.25)) planned.push(() => this.episodeDamage());
     if (two) planned.push(() => this.episodeSwitch());
+    if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentPg());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
     const plan = new Map<number, () => Promise<WorkerOp | undefined>>();
@@ -691,6 +797,7 @@ class Scenario {
     this.setLimit(undefined);
     this.world.setReceiverRule(undefined);
     this.world.setS3Rule(undefined);
+    this.world.setPgRule(undefined);
     await this.worker.send({ op: 'disarm' });
     await this.decide();
     await this.bringBack();
@@ -715,6 +822,7 @@ class Scenario {
       this.problems,
       label.startsWith('clean run [') ? ` [${label.slice('clean run ['.length)}` : '',
     );
+    for (const u of this.worker.takeUnexpected()) this.problems.add(label, u);
   }
 }
 
@@ -758,6 +866,7 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
     world.setReceiverLimit(undefined);
     world.setReceiverRule(undefined);
     world.setS3Rule(undefined);
+    world.setPgRule(undefined);
   }
   const dir = s.views[0] ? dirname(s.views[0].dir) : undefined;
   if (dir && s.problems.length === 0) {
@@ -769,7 +878,7 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
     ok: s.problems.length === 0,
     problems: s.problems.list,
     steps,
-    crashes: worker.crashes,
+    crashes: worker.allCrashes,
     replay: `npx tsx test/sim/main.ts --seeds 1 --start ${seed}`,
   };
 }

@@ -26,6 +26,8 @@ export interface IngestPart {
 
 export type WorkerOp =
   | { op: 'open'; config: string }
+  /** Close the open cache (and its lock); the process waits for the next `open`. */
+  | { op: 'close' }
   | { op: 'arm'; point: string; at: number; action?: 'kill' | 'throw' }
   | { op: 'disarm' }
   /** Several parts into one partition at once (each its own spool and batch id): their flushes race for the commit section. */
@@ -79,6 +81,10 @@ async function run(m: WorkerOp): Promise<unknown> {
       await w.validate().finally(() => w.close());
       return { ok: true };
     }
+    case 'close':
+      await k?.close();
+      k = undefined;
+      return { ok: true };
     case 'open':
       await k?.close();
       k = undefined;

@@ -1,18 +1,24 @@
 /**
  * The simulation's world: one s3rver and one reference receiver over loopback,
  * each behind a fault proxy whose rule a seed sets (5xx, slow answers, 429/503
- * bursts, a body limit answering 413). Shared by the seeds of one driver
- * process; seeds keep apart by prefix and partition names, and each lane has
- * its own pair of proxies (`lane(i)`), so one lane's rules never reach
- * another lane's requests.
+ * bursts, a body limit answering 413), and one embedded PostgreSQL behind a TCP
+ * proxy (refused connections, drops mid-COPY and around COMMIT, delays). Shared
+ * by the seeds of one driver process; seeds keep apart by prefix and partition
+ * (source) names, in one database of the driver's own, and each lane has its
+ * own proxies (`lane(i)`), so one lane's rules never reach another lane's
+ * requests or connections.
  */
 import { promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LEDGER_FILE, type LedgerEntry, startReceiver, type Receiver } from '../../fixtures/receiver/server.js';
+import pg from 'pg';
 import { type FaultProxy, type FaultRule, startFaultProxy } from '../support/fault-proxy.js';
+import { type TestPg, testPg } from '../support/pg.js';
 import { startS3Server, type TestS3Server, useS3rverCredentials } from '../support/s3server.js';
+import { startTcpProxy, type TcpProxy, type TcpRule } from '../support/tcp-proxy.js';
+import { PG_TABLE_DDL } from './pg.js';
 
 export interface World {
   readonly s3: TestS3Server;
@@ -30,7 +36,15 @@ export interface World {
   readonly lastPostBytes: number;
   /** Rows the world's receiver stored for a partition, in arrival order (read incrementally from its ledger). */
   receiverRows(dataset: string, source: string): Promise<readonly Record<string, unknown>[]>;
-  /** A view with its own proxies (and rules) over the same s3rver and receiver. */
+  /** The driver's database on the embedded PostgreSQL, direct (no proxy): the warm-up's, and for reading back. */
+  readonly pgDirectUrl: string;
+  /** The same database through this view's TCP proxy: what scenario configs name. */
+  readonly pgUrl: string;
+  readonly pgProxy: TcpProxy;
+  setPgRule(rule: TcpRule | undefined): void;
+  /** One statement on the driver's database, direct, as plain SQL (never through the sink). */
+  pgQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, values?: unknown[]): Promise<R[]>;
+  /** A view with its own proxies (and rules) over the same s3rver, receiver and PostgreSQL. */
   lane(i: number): Promise<World>;
   stop(): Promise<void>;
 }
@@ -97,9 +111,12 @@ interface Shared {
   readonly receiverDir: string;
   readonly token: string;
   readonly tail: ReceiverTail;
+  readonly pg: TestPg;
+  readonly pgDirectUrl: string;
+  readonly pgRead: pg.Pool;
 }
 
-async function view(shared: Shared, lanes: Map<number, Promise<World>>, owned: FaultProxy[]): Promise<World> {
+async function view(shared: Shared, lanes: Map<number, Promise<World>>, owned: { stop(): Promise<void> }[]): Promise<World> {
   let s3Rule: FaultRule | undefined;
   let recvRule: FaultRule | undefined;
   let limit: number | undefined;
@@ -118,7 +135,11 @@ async function view(shared: Shared, lanes: Map<number, Promise<World>>, owned: F
       return recvRule?.(r);
     },
   });
-  owned.push(s3Proxy, receiverProxy);
+  const direct = new URL(shared.pgDirectUrl);
+  const pgProxy = await startTcpProxy({ target: { host: direct.hostname, port: Number(direct.port) } });
+  const proxied = new URL(shared.pgDirectUrl);
+  proxied.host = `${pgProxy.host}:${pgProxy.port}`;
+  owned.push(s3Proxy, receiverProxy, pgProxy);
   const w: World = {
     s3: shared.s3,
     s3Proxy,
@@ -142,6 +163,11 @@ async function view(shared: Shared, lanes: Map<number, Promise<World>>, owned: F
       return lastPost;
     },
     receiverRows: (d, s) => shared.tail.read(d, s),
+    pgDirectUrl: shared.pgDirectUrl,
+    pgUrl: proxied.toString(),
+    pgProxy,
+    setPgRule: (r) => pgProxy.setRule(r),
+    pgQuery: async (sql, values) => (await shared.pgRead.query(sql, values)).rows,
     lane: (i) => {
       let l = lanes.get(i);
       if (!l) {
@@ -152,6 +178,8 @@ async function view(shared: Shared, lanes: Map<number, Promise<World>>, owned: F
     },
     async stop() {
       for (const p of owned.splice(0)) await p.stop();
+      await shared.pgRead.end();
+      await shared.pg.stop();
       await shared.receiver.close();
       await shared.s3.stop();
       await rm(shared.receiverDir, { recursive: true, force: true });
@@ -166,5 +194,10 @@ export async function startWorld(): Promise<World> {
   const receiverDir = await mkdtemp(join(tmpdir(), 'hypsink-sim-recv-'));
   const token = 'sim-token-4f1c-9e2d7a';
   const receiver = await startReceiver({ port: 0, dataDir: receiverDir, token, maxInflight: 64 });
-  return view({ s3, receiver, receiverDir, token, tail: new ReceiverTail(receiverDir) }, new Map(), []);
+  const server = await testPg();
+  const pgDirectUrl = await server.database('sim');
+  for (const sql of PG_TABLE_DDL) await server.query(sql, [], pgDirectUrl);
+  const pgRead = new pg.Pool({ connectionString: pgDirectUrl, max: 2 });
+  pgRead.on('error', () => undefined);
+  return view({ s3, receiver, receiverDir, token, tail: new ReceiverTail(receiverDir), pg: server, pgDirectUrl, pgRead }, new Map(), []);
 }

@@ -159,10 +159,11 @@ export class PostgresShipper implements UnitShipper {
   private async attempt(unit: Unit): Promise<ShipResult> {
     const client = await this.getPool().connect();
     let broken: unknown;
-    // A connection lost between two statements is reported on the client, not on a query: without a
-    // listener it would end the process. The next statement fails and the attempt is retried.
+    // The pool hears a client's 'error' only while it is idle. Checked out, a lost connection is
+    // emitted on the client too (besides failing the statement in flight): unheard, it would end
+    // the process. Heard, the attempt fails and is retried, and the client is not reused. @ref LLP 0043
     const lost = (e: Error) => {
-      broken = e;
+      broken ??= e;
     };
     client.on('error', lost);
     try {
@@ -344,6 +345,8 @@ export class PostgresShipper implements UnitShipper {
       connectionTimeoutMillis: this.cfg.connectTimeoutMs,
       application_name: this.cfg.applicationName,
     });
+    // A connection lost after login is emitted as 'error' besides failing the query: heard here, not by the process.
+    client.on('error', () => undefined);
     const stop = () => client.end().catch(() => undefined);
     opts.signal.addEventListener('abort', stop, { once: true });
     const table = this.cfg.table ?? null;
