@@ -23,6 +23,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
+import pg from 'pg';
 import { readStored } from '../../fixtures/receiver/server.js';
 import { encodeSegment } from '../../kernel/store/segments.js';
 import { FAULT_POINTS } from '../../kernel/fault.js';
@@ -32,7 +33,13 @@ import type { IngestPart, WorkerOp } from './worker.js';
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const WORKER = join(ROOT, 'test/sim/worker.ts');
 export const SINKS = ['files', 'lake', 'central'] as const;
-export type SinkName = (typeof SINKS)[number];
+/**
+ * The Postgres sink (`@hypsink/postgres`), configured only where a scenario
+ * names a database (`pgUrl`) and lists it in `sinks`: the seeded simulation
+ * runs without a PostgreSQL, the crash matrix with one.
+ */
+export const PG_SINK = 'warehouse' as const;
+export type SinkName = (typeof SINKS)[number] | typeof PG_SINK;
 const SEQ = '_hyp_ingest_seq';
 
 /** The fault points each operation can reach (the receiver's own run in the driver process). */
@@ -246,6 +253,8 @@ export interface ScenarioOptions {
   readonly unitRowsBySink?: Partial<Record<SinkName, number>>;
   /** The nullable STRING column `extra` was added to the dataset. */
   readonly extraColumn?: boolean;
+  /** A database for the Postgres sink (`warehouse`); it is configured only when `sinks` lists it. */
+  readonly pgUrl?: string;
 }
 
 /** A config with the `events` dataset and (up to) three sinks: files (local-fs), lake (S3), central (forward). */
@@ -283,6 +292,15 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
       },
     },
   };
+  const warehouse = () => {
+    if (!o.pgUrl) throw new Error(`scenario ${o.prefix}: the ${PG_SINK} sink is listed but no pgUrl is given`);
+    return {
+      plugin: '@hypsink/postgres',
+      datasets: ['events'],
+      unit: unit(PG_SINK),
+      config: { url: o.pgUrl, connectTimeoutMs: 5_000, retry: { attempts: 2, baseMs: 5, maxMs: 20 } },
+    };
+  };
   const config = {
     cache: { root: 'cache', lockWaitMs: 30_000, seqBlockSize: o.seqBlockSize ?? 1024, rowGroupRows: o.rowGroupRows ?? 65_536 },
     state: { dir: 'state' },
@@ -298,7 +316,7 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
         timestampColumn: 'ts',
       },
     },
-    sinks: Object.fromEntries((o.sinks ?? SINKS).map((s) => [s, all[s]])),
+    sinks: Object.fromEntries((o.sinks ?? SINKS).map((s) => [s, s === PG_SINK ? warehouse() : all[s]])),
   };
   const path = join(dir, 'hypsink.config.json');
   await fsp.writeFile(path, JSON.stringify(config));
@@ -672,6 +690,34 @@ export class CacheView {
     return out;
   }
 
+  /** One query on the Postgres sink's database, with plain SQL through the driver (not through the sink). */
+  private async pgQuery<R extends pg.QueryResultRow>(sql: string, values: unknown[]): Promise<R[]> {
+    const c = new pg.Client({ connectionString: this.opts.pgUrl });
+    await c.connect();
+    try {
+      return (await c.query<R>(sql, values)).rows;
+    } catch (e) {
+      // Before the sink's first export its tables do not exist: it holds nothing.
+      if ((e as { code?: string }).code === '42P01') return [];
+      throw e;
+    } finally {
+      await c.end();
+    }
+  }
+
+  /** What the Postgres sink's table holds for a partition. */
+  async pgDelivered(source: string): Promise<Counts> {
+    const out: Counts = new Map();
+    for (const r of await this.pgQuery<{ id: string }>('SELECT id::text AS id FROM events WHERE source = $1', [source])) bump(out, Number(r.id));
+    return out;
+  }
+
+  /** The Postgres sink's watermark rows in its database: source → until. */
+  async pgWatermarks(): Promise<Map<string, string>> {
+    const rows = await this.pgQuery<{ source: string; until: string }>("SELECT source, until::text AS until FROM hypsink_watermarks WHERE sink = $1 AND dataset = 'events'", [PG_SINK]);
+    return new Map(rows.map((r) => [r.source, r.until]));
+  }
+
   /** What a files or lake destination holds for a partition, every place it is read from. */
   async delivered(world: World, sink: 'files' | 'lake', source: string): Promise<Counts> {
     const out: Counts = new Map();
@@ -794,6 +840,7 @@ export class Oracle {
 
   private async delivered(view: CacheView, sink: string, source: string): Promise<Counts> {
     if (sink === 'central') return this.central(source);
+    if (sink === PG_SINK) return view.pgDelivered(source);
     return view.delivered(this.world, sink as 'files' | 'lake', source);
   }
 
@@ -849,6 +896,7 @@ export class Oracle {
     this.firstHop(when, view, problems, false);
     const tag = this.views.length > 1 ? `cache ${view.name} ` : '';
     for (const sink of status?.sinks ?? []) {
+      if (sink.name === PG_SINK) await this.pgWatermarks(when, tag, view, sink.partitions, false, problems);
       for (const p of sink.partitions) {
         const where = `${tag}${sink.name} ${p.source}`;
         if (!skipIdentity && !view.resets.has(sink.name as SinkName) && p.exportedRows + p.gapRows + p.pendingRows !== p.committedRows) {
@@ -872,6 +920,7 @@ export class Oracle {
       this.firstHop(when, view, problems, true);
       const tag = this.views.length > 1 ? `cache ${view.name} ` : '';
       for (const sink of st.sinks) {
+        if (sink.name === PG_SINK) await this.pgWatermarks(when, tag, view, sink.partitions, true, problems);
         for (const p of sink.partitions) {
           const where = `${tag}${sink.name} ${p.source}`;
           const reset = view.resets.has(sink.name as SinkName);
@@ -919,6 +968,27 @@ export class Oracle {
           }
         }
       }
+    }
+  }
+
+  /**
+   * The Postgres sink's watermark rows against the local watermarks. The row
+   * commits with the unit's rows, before the local watermark is written, so the
+   * database may be ahead after a crash, never behind; after the clean run the
+   * two are equal. @ref LLP 0041
+   */
+  private async pgWatermarks(when: string, tag: string, view: CacheView, parts: readonly PartitionFacts[], final: boolean, problems: Problems): Promise<void> {
+    const db = await view.pgWatermarks();
+    for (const p of parts) {
+      const where = `${tag}${PG_SINK} ${p.source}`;
+      const local = p.watermark ?? null;
+      const held = db.get(p.source) ?? null;
+      if (final ? held !== local : local !== null && (held === null || BigInt(held) < BigInt(local))) {
+        problems.add(when, `${where}: the database's watermark row is at ${held ?? 'nothing (no row)'}, the local watermark at ${local ?? 'nothing'}${final ? '' : ' (the database is behind)'}`, `${where} pg watermark`);
+      }
+    }
+    for (const source of db.keys()) {
+      if (!parts.some((p) => p.source === source)) problems.add(when, `${tag}${PG_SINK} ${source}: a watermark row in the database for a partition the sink's status does not list`);
     }
   }
 
