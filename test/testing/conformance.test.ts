@@ -2,7 +2,9 @@
  * `hypsink/testing` (the conformance kit) over the example third-party sink,
  * over a deliberately broken copy of it, and over every built-in sink: the
  * kit must pass the sinks that keep the promise and fail the one that does
- * not, naming the case.
+ * not, naming the case. The Postgres sink's destination is a database, not a
+ * folder: each case's `sink` makes a fresh database on the test's PostgreSQL
+ * and `read` finds it again by the case's folder.
  */
 import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
@@ -18,6 +20,7 @@ import { useCredentials } from '../s3-e2e/helpers.js';
 import { createLogger } from '../../kernel/log.js';
 import { startS3Server } from '../support/s3server.js';
 import { FIXTURE_PLUGINS, REPO } from '../support/kernel.js';
+import { testPg } from '../support/pg.js';
 
 const EXAMPLE = join(REPO, 'docs/examples/audit-sink');
 const BROKEN = join(FIXTURE_PLUGINS, 'broken-audit-sink');
@@ -126,5 +129,20 @@ test('the s3 sink with Parquet, to s3rver: every case', async (t) => {
       }
       return rows;
     },
+  });
+});
+
+test('the postgres sink, to a real PostgreSQL: every case', async (t) => {
+  const pg = await testPg();
+  t.after(() => pg.stop());
+  const databases = new Map<string, string>();
+  await runConformance({
+    sink: async (dir) => {
+      const url = await pg.database('kit');
+      databases.set(dir, url);
+      return { plugin: '@hypsink/postgres', config: { url } };
+    },
+    // Every row of the dataset's table (named after it), read with plain SQL, duplicates included.
+    read: async (dir) => (await pg.query<{ id: string }>('SELECT id::text AS id FROM conformance', [], databases.get(dir))).rows,
   });
 });
