@@ -94,6 +94,8 @@ export interface Connection {
   readonly database: string;
   readonly user: string;
   readonly password: string | undefined;
+  /** The sslmode in force (config.ssl.mode, else the URL's, else disable). */
+  readonly sslMode: 'disable' | 'require' | 'verify-ca' | 'verify-full';
   /** node-postgres's `ssl` option. */
   readonly ssl: false | { rejectUnauthorized: boolean; ca?: string; checkServerIdentity?: () => undefined };
   /** Where the rows go, without the password: `postgres://user@host:port/db`. */
@@ -134,7 +136,7 @@ export function connection(cfg: PostgresConfig, sink: string, baseDir: string): 
         ? { rejectUnauthorized: false }
         : { rejectUnauthorized: true, ...(ca !== undefined ? { ca } : {}), ...(mode === 'verify-ca' ? { checkServerIdentity: () => undefined } : {}) };
   const shownHost = host.includes(':') ? `[${host}]` : host;
-  return { host, port, database, user, password, ssl, shown: `postgres://${user}@${shownHost}:${port}/${database}` };
+  return { host, port, database, user, password, sslMode: mode, ssl, shown: `postgres://${user}@${shownHost}:${port}/${database}` };
 }
 
 export function parsePostgresConfig(raw: unknown, sink: string): PostgresConfig {

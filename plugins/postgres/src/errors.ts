@@ -71,7 +71,29 @@ export interface FaultScope {
   /** The schema of the sink's tables, and the privileges it needs on each (by table name). */
   readonly schema?: string;
   readonly needs?: Readonly<Record<string, string>>;
+  /** The sslmode in force, for what a TLS failure says to do. */
+  readonly sslMode?: string;
   readonly redact: Redactor;
+}
+
+/**
+ * A TLS failure (no TLS at the server, a certificate not accepted): what it
+ * is and what to change, or null for any other fault. It is not a refused
+ * write, and node's codes are no SQLSTATE.
+ */
+function tlsFailure(f: PgFault, msg: string, s: FaultScope): string | null {
+  const code = f.code ?? '';
+  if (/does not support SSL connections/i.test(msg)) {
+    return `TLS: the server does not support SSL connections; config.ssl.mode is "${s.sslMode ?? 'require'}": turn ssl on at the server, or set config.ssl.mode to "disable" for a plain connection`;
+  }
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
+    return `TLS: the server's certificate was not accepted: ${msg} (${code}); the host in config.url is not a name on the certificate: use one that is, or set config.ssl.mode to "verify-ca" to check the signature only`;
+  }
+  if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER/.test(code)) {
+    return `TLS: the server's certificate was not accepted: ${msg} (${code}); set config.ssl.ca to the PEM file of the CA that signed it (without ssl.ca, only the system's CAs are trusted), or config.ssl.mode to "require" to take any certificate`;
+  }
+  if (/^ERR_(SSL|TLS)_/.test(code) || /^EPROTO$/.test(code)) return `TLS: ${msg} (${code}); check config.ssl and the server's ssl settings`;
+  return null;
 }
 
 /** An identifier as SQL takes it: bare when it may be, quoted otherwise. */
@@ -105,7 +127,13 @@ export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attem
   const cause = s.redact.cause(e);
   switch (kind) {
     case 'auth':
-      return new HypsinkError('HYPSINK_ERR_AUTH', `sink "${s.sink}": ${s.shown} refused the login of role "${s.user}": ${msg}; check the user and password in config.url (or the variable it names)`, { cause });
+      return new HypsinkError(
+        'HYPSINK_ERR_AUTH',
+        /no encryption/.test(msg)
+          ? `sink "${s.sink}": ${s.shown} refused the login of role "${s.user}": ${msg}; the server takes only TLS connections from here: set config.ssl.mode to "require", "verify-ca" or "verify-full"`
+          : `sink "${s.sink}": ${s.shown} refused the login of role "${s.user}": ${msg}; check the user and password in config.url (or the variable it names)`,
+        { cause },
+      );
     case 'privilege': {
       const refused = refusedObject(msg, s);
       return new HypsinkError(
@@ -122,8 +150,12 @@ export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attem
         `sink "${s.sink}": ${s.shown}: ${msg}${attempts ? ` (after ${attempts} ${attempts === 1 ? 'try' : 'tries'})` : ''}; the partition is retried on a later tick`,
         { retryable: true, cause, hint: socketHint(f.code, s.shown) },
       );
-    default:
-      return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown} refused the write to ${s.table}: ${msg}${f.code ? ` (SQLSTATE ${f.code})` : ''}`, { cause });
+    default: {
+      const tls = tlsFailure(f, msg, s);
+      if (tls) return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown}: ${tls}`, { cause });
+      const code = f.code ? (/^[0-9A-Z]{5}$/.test(f.code) ? ` (SQLSTATE ${f.code})` : ` (${f.code})`) : '';
+      return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown} refused the write to ${s.table}: ${msg}${code}`, { cause });
+    }
   }
 }
 

@@ -90,7 +90,7 @@ export class PostgresShipper implements UnitShipper {
   private scope(dataset: string): FaultScope {
     const n = this.names;
     const needs = { [this.tableOf(dataset)]: 'INSERT', [n.watermarks]: 'SELECT, INSERT, UPDATE', [n.rejects]: 'SELECT, INSERT' };
-    return { sink: this.ctx.sink, user: this.conn.user, shown: this.conn.shown, table: `${this.cfg.schema}.${this.tableOf(dataset)}`, schema: n.schema, needs, redact: this.redact };
+    return { sink: this.ctx.sink, user: this.conn.user, shown: this.conn.shown, table: `${this.cfg.schema}.${this.tableOf(dataset)}`, schema: n.schema, needs, sslMode: this.conn.sslMode, redact: this.redact };
   }
 
   private getPool(): pg.Pool {
