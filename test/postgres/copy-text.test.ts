@@ -10,7 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { type Data, makeData, RecordBatch, Schema, Struct } from 'apache-arrow';
+import { type Data, makeData, RecordBatch, type Schema, Struct } from 'apache-arrow';
 import { rng } from '../../fixtures/demo/generate.js';
 import { buildColumn, userSchema } from '../../kernel/store/columns.js';
 import { type CopyPass, copyText } from '../../plugins/postgres/src/copy.js';
@@ -71,7 +71,7 @@ function line(row: Row, source: string): string | null {
   return `${cells.join('\t')}\n`;
 }
 
-const DOUBLES = [0, -0, 1, -1, 0.5, -2.25, 1 / 3, 2 / 3, 0.1, 0.1 + 0.2, 1e21, 1e-7, 1.5e-7, 123456789.123, 2147483647.5, 2147483648, -2147483649, 1e15 + 0.5, 9007199254740993, NaN, Infinity, -Infinity, 5e-324, Number.MAX_VALUE, 1234.5678, 99.99, 0.000001, 0.0000012];
+const DOUBLES = [0, -0, 1, -1, 0.5, -2.25, 1 / 3, 2 / 3, 0.1, 0.1 + 0.2, 1e21, 1e-7, 1.5e-7, 123456789.123, 2147483647.5, 2147483648, -2147483649, 1e15 + 0.5, 2 ** 53, 2 ** 60 + 2 ** 8, NaN, Infinity, -Infinity, 5e-324, Number.MAX_VALUE, 1234.5678, 99.99, 0.000001, 0.0000012];
 const INTS: unknown[] = [0, 1, -1, 9, 10, 99, 100, -100, 2147483647, 2147483648, -2147483648, -2147483649, 4294967296, 2 ** 53 - 1, -(2 ** 53 - 1), '9007199254740992', '-9007199254740993', '9223372036854775807', '-9223372036854775808'];
 const DAY = 86_400_000;
 const TIMES = [0, -1, 1, 999, -999, DAY - 1, -DAY, -DAY - 1, 1_767_225_600_000, 1_767_225_600_123, -62_167_219_200_000, -62_167_219_200_001, 253_402_300_799_999, 253_402_300_800_000, 8.64e15, -8.64e15, 8.64e15 + 1, -8.64e15 - 1];
@@ -149,7 +149,7 @@ function batches(rows: readonly Row[], r: () => number): RecordBatch[] {
     const n = Math.min(rows.length - at, 1 + Math.floor(r() * 700));
     if (r() < 0.5 && at >= 5) {
       const pad = 1 + Math.floor(r() * 5);
-      out.push(batchOf(rows.slice(at - pad, at + n + 3 > rows.length ? rows.length : at + n + 3)).slice(pad, pad + n));
+      out.push(batchOf(rows.slice(at - pad, Math.min(rows.length, at + n + 3))).slice(pad, pad + n));
     } else out.push(batchOf(rows.slice(at, at + n)));
     at += n;
   }
