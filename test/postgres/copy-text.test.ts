@@ -1,7 +1,7 @@
 /**
  * The COPY text copy.ts writes from Arrow batches, byte for byte against a
  * plain row-form reference (the first copy.ts's rules: `String` of a number,
- * `toISOString` of a timestamp, `t`/`f`, `\N`, text with `\`, tab, newline and
+ * a timestamp as PostgreSQL reads it (ISO; no sign past 9999, BC at or before year 0), `t`/`f`, `\N`, text with `\`, tab, newline and
  * carriage return escaped, a NUL refused): whatever copy.ts does to go faster,
  * the server gets the same bytes. Batches are built as the cache builds its
  * columns (kernel/store/columns.ts), some of them sliced so the Data has an
@@ -15,6 +15,14 @@ import { rng } from '../../fixtures/demo/generate.js';
 import { buildColumn, userSchema } from '../../kernel/store/columns.js';
 import { type CopyPass, copyText } from '../../plugins/postgres/src/copy.js';
 import type { ColumnSpec } from '../../types/schema.js';
+
+/** PostgreSQL's reading of a date, written out plainly: ISO for years 1–9999, no sign past 9999, BC at or before year 0. */
+function pgTimestamp(d: Date): string {
+  const y = d.getUTCFullYear();
+  const p2 = (n: number) => String(n).padStart(2, '0');
+  const rest = `-${p2(d.getUTCMonth() + 1)}-${p2(d.getUTCDate())}T${p2(d.getUTCHours())}:${p2(d.getUTCMinutes())}:${p2(d.getUTCSeconds())}.${String(d.getUTCMilliseconds()).padStart(3, '0')}Z`;
+  return y >= 1 ? `${String(y).padStart(4, '0')}${rest}` : `${String(1 - y).padStart(4, '0')}${rest} BC`;
+}
 
 const COLUMNS: ColumnSpec[] = [
   { name: 'id', type: 'INT64', nullable: false },
@@ -48,7 +56,7 @@ function line(row: Row, source: string): string | null {
         cells.push(typeof v === 'number' ? String(v) : String(BigInt(v as string)));
         break;
       case 'DOUBLE':
-        cells.push(String(v));
+        cells.push(Object.is(v, -0) ? '-0' : String(v));
         break;
       case 'BOOLEAN':
         cells.push(v ? 't' : 'f');
@@ -56,7 +64,7 @@ function line(row: Row, source: string): string | null {
       case 'TIMESTAMP': {
         const d = new Date(v as number);
         if (Number.isNaN(d.getTime())) return null;
-        cells.push(d.toISOString());
+        cells.push(pgTimestamp(d));
         break;
       }
       case 'STRING':
@@ -71,7 +79,7 @@ function line(row: Row, source: string): string | null {
   return `${cells.join('\t')}\n`;
 }
 
-const DOUBLES = [0, -0, 1, -1, 0.5, -2.25, 1 / 3, 2 / 3, 0.1, 0.1 + 0.2, 1e21, 1e-7, 1.5e-7, 123456789.123, 2147483647.5, 2147483648, -2147483649, 1e15 + 0.5, 2 ** 53 + 2, NaN, Infinity, -Infinity, 5e-324, Number.MAX_VALUE, 1234.5678, 99.99, 0.000001, 0.0000012];
+const DOUBLES = [0, -0, 1, -1, 0.5, -2.25, 1 / 3, 2 / 3, 0.1, 0.1 + 0.2, 1e21, 1e-7, 1.5e-7, 123456789.123, 2147483647.5, 2147483648, -2147483649, 1e15 + 0.5, 2 ** 53, 2 ** 60 + 2 ** 8, NaN, Infinity, -Infinity, 5e-324, Number.MAX_VALUE, 1234.5678, 99.99, 0.000001, 0.0000012];
 const INTS: unknown[] = [0, 1, -1, 9, 10, 99, 100, -100, 2147483647, 2147483648, -2147483648, -2147483649, 4294967296, 2 ** 53 - 1, -(2 ** 53 - 1), '9007199254740992', '-9007199254740993', '9223372036854775807', '-9223372036854775808'];
 const DAY = 86_400_000;
 const TIMES = [0, -1, 1, 999, -999, DAY - 1, -DAY, -DAY - 1, 1_767_225_600_000, 1_767_225_600_123, -62_167_219_200_000, -62_167_219_200_001, 253_402_300_799_999, 253_402_300_800_000, 8.64e15, -8.64e15, 8.64e15 + 1, -8.64e15 - 1];
@@ -149,7 +157,7 @@ function batches(rows: readonly Row[], r: () => number): RecordBatch[] {
     const n = Math.min(rows.length - at, 1 + Math.floor(r() * 700));
     if (r() < 0.5 && at >= 5) {
       const pad = 1 + Math.floor(r() * 5);
-      out.push(batchOf(rows.slice(at - pad, at + n + 3 > rows.length ? rows.length : at + n + 3)).slice(pad, pad + n));
+      out.push(batchOf(rows.slice(at - pad, Math.min(rows.length, at + n + 3))).slice(pad, pad + n));
     } else out.push(batchOf(rows.slice(at, at + n)));
     at += n;
   }
