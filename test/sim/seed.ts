@@ -98,6 +98,10 @@ class Scenario {
   cur!: CacheView;
   step = 0;
   when = 'setup';
+  /** An episode armed a crash for the step's op (disarmed after it, unless it killed). */
+  episodeArmed = false;
+  /** A one-shot pg proxy rule set for this step, until it fires. */
+  pgOneShot: TcpRule | undefined;
   /** Crashes armed so far (a budget per seed). */
   armed = 0;
   /** Batches neither acknowledged nor given up: the host sends them again, same id and rows. */
@@ -434,7 +438,9 @@ class Scenario {
       if (pending === 0) return undefined;
       if (pending <= unit) at = 1;
     }
-    const point = this.pick(points);
+    // On pg, half the crashes at its own points: a unit copied but not committed, or committed but not recorded.
+    const own = op.op === 'export' && op.sink === PG_SINK && this.chance(0.5);
+    const point = own ? this.pick(['postgres.afterCopy', 'postgres.afterCommit']) : this.pick(points);
     this.armed++;
     const action = this.chance(0.3) ? 'throw' : 'kill';
     this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''}`);
@@ -568,6 +574,7 @@ class Scenario {
     }
     this.note(`export ${PG_SINK} in both processes at once`);
     const answers = await Promise.all([here, there].map((x) => x.worker.send({ op: 'export', sink: PG_SINK })));
+    this.pgFaultFired();
     this.world.setPgRule(undefined);
     [here, there].forEach((x, i) => {
       if (died(answers[i]!)) this.note(`cache ${x.view.name}'s process died`);
@@ -578,6 +585,22 @@ class Scenario {
     const status = st && ok(st) ? (st as { status?: StatusFacts }).status : undefined;
     await this.oracle.step(this.label, other, status, this.problems, !status);
     await there.worker.release();
+    return { op: 'export', sink: PG_SINK };
+  }
+
+  /** Rows for pg, then its export meets a connection fault, and now and then a crash at a postgres point. @ref LLP 0043 */
+  async episodePg(): Promise<WorkerOp | undefined> {
+    if (!this.cur.sinks.includes(PG_SINK)) return undefined;
+    await this.ingestFresh(this.pick(this.cur.sources), this.int(3, 30), this.int(1, 2));
+    this.pgFault();
+    if (this.armed < 1 && this.chance(0.35)) {
+      const point = this.pick(['postgres.afterCopy', 'postgres.afterCommit']);
+      const action = this.chance(0.3) ? 'throw' : 'kill';
+      this.armed++;
+      this.episodeArmed = true;
+      this.note(`arm ${point}${action === 'throw' ? ' (throw)' : ''}`);
+      await this.worker.send({ op: 'arm', point, at: 1, action });
+    }
     return { op: 'export', sink: PG_SINK };
   }
 
@@ -596,7 +619,8 @@ class Scenario {
 
   /** A fault on the way to PostgreSQL for this step's export (through the lane's TCP proxy, every connection of it). */
   pgFault(): void {
-    const kind = this.pick(['copy', 'commit', 'lostCommit', 'lostCommit', 'bytes', 'refuse', 'idle', 'delay'] as const);
+    // Most often the case the watermark row exists for: COMMIT done, its answer lost.
+    const kind = this.pick(['copy', 'commit', 'lostCommit', 'lostCommit', 'lostCommit', 'bytes', 'refuse', 'idle', 'delay'] as const);
     let rule: TcpRule | undefined;
     if (kind === 'copy') {
       rule = { kind: 'drop', at: ['COPY '], afterBytes: this.int(0, 600) };
@@ -621,6 +645,13 @@ class Scenario {
       this.note(`pg proxy: every chunk ${rule.ms} ms late`);
     }
     this.world.setPgRule(rule);
+    this.pgOneShot = rule?.kind === 'drop' || rule?.kind === 'loseAnswer' ? this.world.pgProxy.rule : undefined;
+  }
+
+  /** A one-shot pg rule the step's export never met (nothing to copy): say so in the step's line. */
+  pgFaultFired(): void {
+    if (this.pgOneShot && this.world.pgProxy.rule === this.pgOneShot) this.note('(the pg proxy rule never fired)');
+    this.pgOneShot = undefined;
   }
 
   /** An operator points the files dir or the lake prefix somewhere new. */
@@ -672,7 +703,8 @@ class Scenario {
     } else if (x < 0.56) {
       op = { op: 'export', sink: this.pick(sinks) };
       crashP = 0.12;
-      if (op.sink === PG_SINK && this.chance(0.5)) {
+      const pgPending = this.last?.sinks.find((x) => x.name === PG_SINK)?.partitions.some((p) => p.pendingRows > 0);
+      if (op.sink === PG_SINK && pgPending && this.chance(0.75)) {
         this.pgFault();
         crashP = 0.2;
       }
@@ -722,7 +754,12 @@ class Scenario {
     if (op.op === 'export' && !this.cur.sinks.includes(op.sink as SinkName)) op = { op: 'export', sink: this.pick(this.cur.sinks) };
     if (op.op === 'retention') await this.flushFirst();
     else if (op.op === 'compact') await this.oracle.observe(this.cur);
-    await this.runOp(op, crashP);
+    const a = await this.runOp(op, crashP);
+    this.pgFaultFired();
+    if (this.episodeArmed) {
+      this.episodeArmed = false;
+      if (!died(a)) await this.worker.send({ op: 'disarm' });
+    }
     this.world.setReceiverRule(undefined);
     this.world.setS3Rule(undefined);
     this.world.setPgRule(undefined);
@@ -775,6 +812,7 @@ class Scenario {
     if (this.chance(0.25)) planned.push(() => this.episodeDamage());
     if (two) planned.push(() => this.episodeSwitch());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentPg());
+    if (this.chance(0.35)) planned.push(() => this.episodePg());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
     const plan = new Map<number, () => Promise<WorkerOp | undefined>>();

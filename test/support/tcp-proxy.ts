@@ -167,7 +167,9 @@ export async function startTcpProxy(opts: { target: { host: string; port: number
       client.resetAndDestroy();
       return;
     }
-    const upstream = createConnection({ host: opts.target.host, port: opts.target.port, allowHalfOpen: true });
+    const upstream = createConnection({ host: opts.target.host, port: opts.target.port, allowHalfOpen: true, noDelay: true });
+    // As the client's own socket (pg sets no delay): the proxy adds no Nagle wait of its own.
+    client.setNoDelay(true);
     const c: Conn = {
       client,
       upstream,
