@@ -7,3 +7,4 @@ export * from './plugins.js';
 export * from './schema.js';
 export type * from './sinks.js';
 export * from './storage.js';
+export type * from './transforms.js';

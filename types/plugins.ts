@@ -4,11 +4,12 @@
  */
 import type { HookTaps } from './hooks.js';
 import type { DestinationFactory, EncoderFactory, SinkFactory } from './sinks.js';
+import type { TransformFactory } from './transforms.js';
 
 /** The plugin API version this kernel implements; a manifest's `apiVersion` must match its major. */
 export const PLUGIN_API_VERSION = '1.0.0';
 
-export type Capability = 'sink' | 'encoder' | 'destination';
+export type Capability = 'sink' | 'encoder' | 'destination' | 'transform';
 
 /** `plugin.json`: the only place a plugin's name and version live. */
 export interface PluginManifest {
@@ -37,6 +38,8 @@ export interface PluginContext {
   registerSink(factory: SinkFactory): void;
   registerEncoder(factory: EncoderFactory): void;
   registerDestination(factory: DestinationFactory): void;
+  /** A transform kind sinks name in `transforms` as `{ "plugin": "<name>" }`. @ref LLP 0046 */
+  registerTransform(factory: TransformFactory): void;
 }
 
 export type ActivateFn = (ctx: PluginContext) => void | Promise<void>;

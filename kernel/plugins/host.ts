@@ -14,6 +14,7 @@ import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { LifecycleHooks } from '../../types/hooks.js';
 import { type ActivateFn, type Capability, PLUGIN_API_VERSION, type PluginContext, type PluginManifest } from '../../types/plugins.js';
 import type { DestinationFactory, EncoderFactory, SinkFactory } from '../../types/sinks.js';
+import type { TransformFactory } from '../../types/transforms.js';
 import { taps } from '../hooks.js';
 import type { Logger } from '../../types/plugins.js';
 import { didYouMean } from '../config/keys.js';
@@ -35,7 +36,7 @@ const manifestSchema = z.object({
   version: z.string().regex(/^\d+\.\d+\.\d+/, 'expected a semver version'),
   main: z.string().optional(),
   apiVersion: z.string().default(PLUGIN_API_VERSION),
-  provides: z.array(z.enum(['sink', 'encoder', 'destination'])).min(1),
+  provides: z.array(z.enum(['sink', 'encoder', 'destination', 'transform'])).min(1),
   requires: z.array(z.string()).default([]),
 });
 
@@ -43,12 +44,13 @@ export interface Registry {
   readonly sinks: Map<string, SinkFactory>;
   readonly encoders: Map<string, EncoderFactory>;
   readonly destinations: Map<string, DestinationFactory>;
+  readonly transforms: Map<string, TransformFactory>;
 }
 
 /** A plugin named by what the user wrote, never by where hypsink is installed. @ref LLP 0032 */
 const shown = (spec: string, rel: string) => `${spec.replace(/\/+$/, '')}/${rel}`;
 
-const KIND_PLURAL: Record<Capability, string> = { sink: 'request sinks', encoder: 'encoders', destination: 'destinations' };
+const KIND_PLURAL: Record<Capability, string> = { sink: 'request sinks', encoder: 'encoders', destination: 'destinations', transform: 'transforms' };
 
 /** No plugin by that name: said once a list of the names that exist can be added (`PluginHost.unknown`). */
 class UnknownPlugin extends HypsinkError {
@@ -70,7 +72,7 @@ function activateOf(m: PluginManifest, file: string, mod: { default?: unknown; a
 }
 
 export class PluginHost {
-  readonly registry: Registry = { sinks: new Map(), encoders: new Map(), destinations: new Map() };
+  readonly registry: Registry = { sinks: new Map(), encoders: new Map(), destinations: new Map(), transforms: new Map() };
   private readonly loaded = new Map<string, PluginManifest>();
   private readonly loading = new Set<string>();
   /** Plugins named by a sink, known by their manifest, not yet imported. */
@@ -89,6 +91,7 @@ export class PluginHost {
     if (this.registry.sinks.has(name)) return 'sink';
     if (this.registry.encoders.has(name)) return 'encoder';
     if (this.registry.destinations.has(name)) return 'destination';
+    if (this.registry.transforms.has(name)) return 'transform';
     return undefined;
   }
 
@@ -129,6 +132,7 @@ export class PluginHost {
       ['sink', this.registry.sinks],
       ['encoder', this.registry.encoders],
       ['destination', this.registry.destinations],
+      ['transform', this.registry.transforms],
     ];
     for (const [k, map] of registered) if (fits([k])) for (const n of map.keys()) names.add(n);
     for (const [spec, m] of this.prepared) if (fits(m.provides)) names.add(spec);
@@ -270,6 +274,7 @@ export class PluginHost {
       registerSink: register('sink', this.registry.sinks),
       registerEncoder: register('encoder', this.registry.encoders),
       registerDestination: register('destination', this.registry.destinations),
+      registerTransform: register('transform', this.registry.transforms),
     });
     this.activating = m.name;
     try {

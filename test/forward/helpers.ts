@@ -81,6 +81,9 @@ export async function loadForward(): Promise<Loaded> {
     registerDestination: () => {
       throw new Error('unexpected');
     },
+    registerTransform: () => {
+      throw new Error('unexpected');
+    },
   };
   await activate(ctx);
   const factory = sinks[0]!;

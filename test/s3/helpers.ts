@@ -56,6 +56,9 @@ export function loadPlugin(): DestinationFactory {
     registerEncoder: () => {
       throw new Error('s3 plugin must not register an encoder');
     },
+    registerTransform: () => {
+      throw new Error('s3 plugin must not register a transform');
+    },
   };
   activate(ctx);
   if (found.length !== 1 || !found[0]) throw new Error(`expected one destination, got ${found.length}`);
