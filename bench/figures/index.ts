@@ -7,7 +7,8 @@ import { localFsVsRaw } from './localfs-vs-raw.js';
 import { naiveVsIncremental } from './naive-vs-incremental.js';
 import { noNewTick } from './no-new-tick.js';
 import { peakRss } from './peak-rss.js';
+import { postgresVsRaw } from './postgres-vs-raw.js';
 import { receiverAbuse } from './receiver-abuse.js';
 import { tickBigVsSmall } from './tick-big-vs-small.js';
 
-export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];
+export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];
