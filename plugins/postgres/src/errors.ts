@@ -154,6 +154,13 @@ export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attem
       const tls = tlsFailure(f, msg, s);
       if (tls) return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown}: ${tls}`, { cause });
       const code = f.code ? (/^[0-9A-Z]{5}$/.test(f.code) ? ` (SQLSTATE ${f.code})` : ` (${f.code})`) : '';
+      if (f.code === '3F000' && s.schema !== undefined) {
+        return new HypsinkError(
+          'HYPSINK_ERR_DESTINATION',
+          `sink "${s.sink}": ${s.shown}: ${msg}${code}; create it (CREATE SCHEMA ${ident(s.schema)}) or set config.schema to one that exists`,
+          { cause },
+        );
+      }
       return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown} refused the write to ${s.table}: ${msg}${code}`, { cause });
     }
   }
