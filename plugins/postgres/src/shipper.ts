@@ -342,7 +342,7 @@ export class PostgresShipper implements UnitShipper {
       );
       const row = r.rows[0]!;
       const role = `"${row.who.replace(/"/g, '""')}"`;
-      // What the first export would meet, said now: the sink's own tables it may not make.
+      // What the first export would meet, said now: the sink's own tables it may not make. @ref LLP 0045
       const own = [this.names.watermarks, this.names.rejects].map((t) => `${q(this.cfg.schema)}.${q(t)}`);
       const missing = (await client.query<{ t: string | null }>('SELECT to_regclass(t)::text AS t FROM unnest($1::text[]) AS t', [own])).rows.some((x) => x.t === null);
       if (!row.can_create && missing) {
