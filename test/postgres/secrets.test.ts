@@ -44,7 +44,7 @@ async function roleUrl(): Promise<(password: string, port?: number) => string> {
 }
 
 for (const given of ['env', 'literal'] as const) {
-  test(`a password given ${given === 'env' ? 'by "${HYPSINK_PG_URL}"' : 'literally in config.url'} appears in no output, log, error or state file`, async () => {
+  test(`a password given ${given === 'env' ? 'through the HYPSINK_PG_URL variable' : 'literally in config.url'} appears in no output, log, error or state file`, async () => {
     const url = await roleUrl();
     const dead = await freePort();
     const found: string[] = [];

@@ -328,6 +328,7 @@ function escapedText(s: string): Buffer {
  * A timestamp as PostgreSQL reads it: toISOString's form for years 1 to 9999;
  * past 9999 the year without toISOString's sign and padding ("12345-…", not
  * "+012345-…"), and at or before year 0 (ISO's 0 is 1 BC) the year BC.
+ * @ref LLP 0045
  */
 export function timestampText(d: Date): string {
   const iso = d.toISOString();

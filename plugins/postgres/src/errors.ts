@@ -79,7 +79,7 @@ export interface FaultScope {
 /**
  * A TLS failure (no TLS at the server, a certificate not accepted): what it
  * is and what to change, or null for any other fault. It is not a refused
- * write, and node's codes are no SQLSTATE.
+ * write, and node's codes are no SQLSTATE. @ref LLP 0045
  */
 function tlsFailure(f: PgFault, msg: string, s: FaultScope): string | null {
   const code = f.code ?? '';
@@ -102,7 +102,7 @@ const ident = (name: string) => (/^[a-z_][a-z0-9_$]*$/.test(name) ? name : `"${n
 /**
  * What a privilege error refused, from the server's words ("permission denied
  * for table x", "… for schema s", "must be owner of table x"), and the GRANT
- * that fixes it; null when the words are not those.
+ * that fixes it; null when the words are not those. @ref LLP 0045
  */
 function refusedObject(msg: string, s: FaultScope): { what: string; grant: string } | null {
   const m = /(?:permission denied for|must be owner of) (table|relation|schema) "?([^"\s]+)"?/.exec(msg);
@@ -154,6 +154,13 @@ export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attem
       const tls = tlsFailure(f, msg, s);
       if (tls) return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown}: ${tls}`, { cause });
       const code = f.code ? (/^[0-9A-Z]{5}$/.test(f.code) ? ` (SQLSTATE ${f.code})` : ` (${f.code})`) : '';
+      if (f.code === '3F000' && s.schema !== undefined) {
+        return new HypsinkError(
+          'HYPSINK_ERR_DESTINATION',
+          `sink "${s.sink}": ${s.shown}: ${msg}${code}; create it (CREATE SCHEMA ${ident(s.schema)}) or set config.schema to one that exists`,
+          { cause },
+        );
+      }
       return new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${s.sink}": ${s.shown} refused the write to ${s.table}: ${msg}${code}`, { cause });
     }
   }

@@ -357,6 +357,16 @@ export class PostgresShipper implements UnitShipper {
         [this.cfg.schema],
       );
       const row = r.rows[0]!;
+      const role = `"${row.who.replace(/"/g, '""')}"`;
+      // What the first export would meet, said now: the sink's own tables it may not make. @ref LLP 0045
+      const own = [this.names.watermarks, this.names.rejects].map((t) => `${q(this.cfg.schema)}.${q(t)}`);
+      const missing = (await client.query<{ t: string | null }>('SELECT to_regclass(t)::text AS t FROM unnest($1::text[]) AS t', [own])).rows.some((x) => x.t === null);
+      if (!row.can_create && missing) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_AUTH',
+          `sink "${this.ctx.sink}": role "${row.who}" may not create tables in schema ${this.cfg.schema} at ${c.shown}, and the sink's tables ${this.cfg.schema}.${this.names.watermarks} and ${this.cfg.schema}.${this.names.rejects} are not there; GRANT CREATE ON SCHEMA ${q(this.cfg.schema)} TO ${role}, or let a role that may make them run the first export`,
+        );
+      }
       let what = `schema ${this.cfg.schema}: ${row.can_create ? 'CREATE allowed' : 'no CREATE (the sink cannot make its tables)'}`;
       if (table !== null) {
         const t = await client.query<{ ok: boolean | null }>(
@@ -367,7 +377,13 @@ export class PostgresShipper implements UnitShipper {
         if (ok === false) {
           throw new HypsinkError('HYPSINK_ERR_AUTH', `sink "${this.ctx.sink}": role "${row.who}" may not INSERT into or SELECT from ${this.cfg.schema}.${table} at ${c.shown}; GRANT INSERT, SELECT ON ${this.cfg.schema}.${table} TO "${row.who}"`);
         }
-        what += `; table ${this.cfg.schema}.${table}: ${ok === null ? (this.cfg.createTable ? 'not there yet (created on the first export)' : 'missing, and config.createTable is false') : 'INSERT and SELECT allowed'}`;
+        if (ok === null && !this.cfg.createTable) {
+          throw new HypsinkError(
+            'HYPSINK_ERR_DESTINATION',
+            `sink "${this.ctx.sink}": table ${this.cfg.schema}.${table} does not exist and config.createTable is false, at ${c.shown}; create it or set config.createTable to true`,
+          );
+        }
+        what += `; table ${this.cfg.schema}.${table}: ${ok === null ? 'not there yet (created on the first export)' : 'INSERT and SELECT allowed'}`;
       }
       if (!row.can_create && table === null) what += '; the tables must exist before the first export';
       return `${c.shown}: login accepted as ${row.who} (PostgreSQL ${row.v}); ${what}`;

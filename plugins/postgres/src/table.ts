@@ -35,7 +35,7 @@ export async function ensureOwnTables(c: pg.ClientBase, n: Names): Promise<void>
   const wm = `${q(n.schema)}.${q(n.watermarks)}`;
   const rj = `${q(n.schema)}.${q(n.rejects)}`;
   // CREATE TABLE IF NOT EXISTS needs CREATE on the schema even when the table is there: a role
-  // given only the table privileges (its tables made beforehand) would never export.
+  // given only the table privileges (its tables made beforehand) would never export. @ref LLP 0045
   const there = await c.query<{ ok: boolean }>('SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AS ok', [wm, rj]);
   if (there.rows[0]?.ok) return;
   await inLock(c, `${n.schema}.${n.watermarks}`, async () => {
