@@ -96,10 +96,10 @@ export interface UnitShipper {
   /** Abort parked waits and release connections. */
   close(): Promise<void>;
   /**
-   * How the shipper reads a unit. `'ndjson'` (the default): the kernel reads
-   * the next unit's NDJSON while the current one ships, so `ndjson()` answers
-   * at once. `'batches'`: the shipper reads `batches()` itself, and the kernel
-   * reads nothing ahead for it.
+   * How the shipper reads a unit: the kernel reads the next unit that way
+   * while the current one ships, so the read answers at once. `'ndjson'` (the
+   * default): its NDJSON, for `ndjson()`. `'batches'`: its decoded batches,
+   * which `batches()` hands out on every pass. @ref LLP 0047
    */
   readonly reads?: 'ndjson' | 'batches';
   /**

@@ -73,7 +73,7 @@ function serverCpuMs(before: Map<string, number>): number {
 /**
  * The partition's rows as COPY text, built before any timing by the sink's own
  * copy.ts from the cache's batches: the very bytes the export sends (in its
- * 1 MiB chunks), so both sides hand the server the same text to parse.
+ * 256 KiB chunks), so both sides hand the server the same text to parse.
  */
 async function prebuilt(k: Hypsink, source: string): Promise<Buffer[]> {
   const columns = k.cache.schema(DATASET).columns;

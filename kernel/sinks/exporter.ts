@@ -28,7 +28,7 @@ import { forcedAbove, planUnit, type UnitPlan } from '../store/planner.js';
 import { fault } from '../fault.js';
 import type { GuardedShipper } from './blob.js';
 import type { SinkState } from './states.js';
-import { buildUnit, type Prefetch, rangeText, readNdjson, type SeqRuns, UnitReads } from './unit.js';
+import { buildUnit, type Prefetch, rangeText, readBatches, readNdjson, type SeqRuns, UnitReads } from './unit.js';
 import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
 
 export interface ExportPolicy {
@@ -144,9 +144,9 @@ export async function exportPartition(
    * body. A unit already recorded as `next` by an earlier run is read as it is.
    * @ref LLP 0014: the next intent is written while the current unit is in flight
    */
-  /** A request sink that reads NDJSON gets its next unit's body read while the current one ships. */
-  const prefetch = sink.kind === 'request' && sink.shipper.reads !== 'batches';
-  const readFor = (i: Intent, rows: number) => (prefetch ? readAhead(env, p, schema, i, rows) : Promise.resolve(null));
+  /** A request sink gets its next unit's body (NDJSON, or batches) read while the current one ships. @ref LLP 0047 */
+  const prefetch = sink.kind === 'request';
+  const readFor = (i: Intent, rows: number) => (prefetch ? readAhead(env, p, schema, i, rows, sink.shipper.reads ?? 'ndjson') : Promise.resolve(null));
   const lookAhead = async (cur: Intent, recorded: Intent | null): Promise<{ intent: Intent; pre: Prefetch | null } | null> => {
     const since = BigInt(cur.until);
     if (recorded) {
@@ -362,10 +362,14 @@ async function planAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema,
   return plan && !env.signal.aborted ? plan : null;
 }
 
-/** Read a planned unit's rows as one NDJSON body. */
-async function readAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, i: Intent, rows: number): Promise<Prefetch> {
+/** Read a planned unit's rows as the shipper reads them: one NDJSON body, or its batches. */
+async function readAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, i: Intent, rows: number, reads: 'ndjson' | 'batches'): Promise<Prefetch> {
   const since = seqOf(sinceOf(i));
   const seen: SeqRuns = [];
+  if (reads === 'batches') {
+    const batches = await readBatches(env.cache, p, unitSchema(schema, i), since, i.until, seen);
+    return { since, until: i.until, batches, rows: batches.reduce((n, b) => n + b.numRows, 0), seen };
+  }
   const chunks = await readNdjson(env.cache, p, unitSchema(schema, i), since, i.until, rows, seen);
   return { since, until: i.until, chunks, rows: chunks.reduce((n, c) => n + c.rows, 0), seen };
 }

@@ -104,25 +104,41 @@ export class UnitReads {
   }
 }
 
-/** The unit's NDJSON, already read while the previous unit was in flight (request sinks). */
+/**
+ * The unit's body, already read while the previous unit was in flight (request
+ * sinks): its NDJSON, or its batches for a shipper that reads batches.
+ * @ref LLP 0047
+ */
 export interface Prefetch {
   readonly since: bigint;
   readonly until: string;
-  readonly chunks: NdjsonChunk[];
+  readonly chunks?: NdjsonChunk[];
+  readonly batches?: RecordBatch[];
   readonly rows: number;
   readonly seen: SeqRuns;
 }
 
+const rangeOf = (since: bigint, until: string) => ({ since: since < 0n ? null : cont(since.toString()), until: cont(until) });
+
 /** Read `(since, until]` as one NDJSON body, noting the seqs read. */
 export async function readNdjson(cache: Cache, p: PartitionRef, schema: DatasetSchema, since: bigint, until: string, rows: number, seen: SeqRuns): Promise<NdjsonChunk[]> {
-  const range = { since: since < 0n ? null : cont(since.toString()), until: cont(until) };
   // The unit's batches into one buffer: the request body as is, no concatenation.
   const out = new NdjsonWriter(schema.columns, rows);
-  for await (const b of cache.storage.scan(cache.store(p), range, schema.columns, true)) {
+  for await (const b of cache.storage.scan(cache.store(p), rangeOf(since, until), schema.columns, true)) {
     for (const x of b.seqs) note(seen, x);
     out.append(b.batch);
   }
   return out.rows > 0 ? [{ bytes: out.bytes(), rows: out.rows }] : [];
+}
+
+/** Read `(since, until]` as its decoded batches, noting the seqs read. */
+export async function readBatches(cache: Cache, p: PartitionRef, schema: DatasetSchema, since: bigint, until: string, seen: SeqRuns): Promise<RecordBatch[]> {
+  const out: RecordBatch[] = [];
+  for await (const b of cache.storage.scan(cache.store(p), rangeOf(since, until), schema.columns, true)) {
+    for (const x of b.seqs) note(seen, x);
+    out.push(b.batch as RecordBatch);
+  }
+  return out;
 }
 
 /** The Unit a shipper is handed for `intent`, every read of it counted by `reads`. */
@@ -160,6 +176,12 @@ export function buildUnit(
       }, () => 1),
     batches: () =>
       reads.read(async function* (seen) {
+        // Read while the previous unit shipped; every pass (a shipper may read twice) hands out the same batches.
+        if (pre?.batches && pre.until === intent.until && pre.since === lo) {
+          seen.push(...pre.seen.map(([a, b]) => [a, b] as [bigint, bigint]));
+          yield* pre.batches;
+          return;
+        }
         // Decoded row groups are reused: the planner has just decoded the one the unit ends in.
         for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
           for (const x of b.seqs) note(seen, x);
@@ -168,7 +190,7 @@ export function buildUnit(
       }, (b) => b.numRows),
     ndjson: () =>
       reads.read(async function* (seen) {
-        if (pre && pre.until === intent.until && pre.since === lo) {
+        if (pre?.chunks && pre.until === intent.until && pre.since === lo) {
           seen.push(...pre.seen.map(([a, b]) => [a, b] as [bigint, bigint]));
           yield* pre.chunks;
           return;

@@ -9,15 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Json, openKernel, type OpenKernel, writeConfig } from '../support/kernel.js';
 import { testPg } from '../support/pg.js';
+import { EVENTS } from '../support/datasets.js';
 
-export const EVENTS = {
-  columns: [
-    { name: 'id', type: 'INT64', nullable: false },
-    { name: 'ts', type: 'TIMESTAMP', nullable: false },
-    { name: 'msg', type: 'STRING', nullable: true },
-  ],
-  timestampColumn: 'ts',
-};
+export { EVENTS };
 
 export interface PgWorkspace {
   readonly dir: string;

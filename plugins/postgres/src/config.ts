@@ -58,8 +58,8 @@ export const PostgresConfigSchema = z
     rejectTable: ident.default('hypsink_rejected'),
     /** A unit refused more rows than this one by one: the sink stops instead (the table is likely wrong, not the rows). */
     maxRejectedRows: z.number().int().min(0).default(100),
-    /** Cut a unit at this many rows. */
-    maxRows: positiveInt.default(20_000),
+    /** Cut a unit at this many rows: one transaction, so large enough that its commit is a few percent. @ref LLP 0047 */
+    maxRows: positiveInt.default(100_000),
     /** Cut a unit near this many bytes (estimated from the cache's file sizes). */
     maxBytes: positiveInt.default(16 * 1024 * 1024),
     /** Connections at most in the pool. */

@@ -93,21 +93,28 @@ export class PostgresShipper implements UnitShipper {
     return { sink: this.ctx.sink, user: this.conn.user, shown: this.conn.shown, table: `${this.cfg.schema}.${this.tableOf(dataset)}`, schema: n.schema, needs, sslMode: this.conn.sslMode, redact: this.redact };
   }
 
-  private getPool(): pg.Pool {
-    if (this.pool) return this.pool;
+  /** What every connection of the sink is opened with: the pool's and the check's. */
+  private clientOptions(): pg.ClientConfig {
     const c = this.conn;
-    const pool = new pg.Pool({
+    return {
       host: c.host,
       port: c.port,
       database: c.database,
       user: c.user,
       ...(c.password !== undefined ? { password: c.password } : {}),
       ssl: c.ssl,
-      max: this.cfg.poolSize,
       connectionTimeoutMillis: this.cfg.connectTimeoutMs,
+      application_name: this.cfg.applicationName,
+    };
+  }
+
+  private getPool(): pg.Pool {
+    if (this.pool) return this.pool;
+    const pool = new pg.Pool({
+      ...this.clientOptions(),
+      max: this.cfg.poolSize,
       idleTimeoutMillis: 30_000,
       statement_timeout: this.cfg.statementTimeoutMs,
-      application_name: this.cfg.applicationName,
     });
     // An idle connection the server closed: the pool drops it; it must not end the process.
     pool.on('error', (e) => this.ctx.log.debug({ sink: this.ctx.sink, error: this.redact.text(e.message) }, 'an idle PostgreSQL connection closed'));
@@ -335,16 +342,7 @@ export class PostgresShipper implements UnitShipper {
   /** Log in, run a read-only statement, and look at the privileges on the table; nothing written. @ref LLP 0036 */
   async check(opts: ConnectionCheckOptions): Promise<string> {
     const c = this.conn;
-    const client = new pg.Client({
-      host: c.host,
-      port: c.port,
-      database: c.database,
-      user: c.user,
-      ...(c.password !== undefined ? { password: c.password } : {}),
-      ssl: c.ssl,
-      connectionTimeoutMillis: this.cfg.connectTimeoutMs,
-      application_name: this.cfg.applicationName,
-    });
+    const client = new pg.Client(this.clientOptions());
     // A connection lost after login is emitted as 'error' besides failing the query: heard here, not by the process.
     client.on('error', () => undefined);
     const stop = () => client.end().catch(() => undefined);
