@@ -449,11 +449,11 @@ export class Hypsink {
   /** The operator moved a sink's data: its watermarks now belong to its configured destination. */
   async acceptDestination(name: string): Promise<{ from: string | null; to: string }> {
     const s = await this.sink(name);
-    if (s.destination === null) {
+    if (s.destination === null && (await s.state.read())?.delivers === (s.delivers || undefined)) {
       throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its plugin does not say where its units go, so there is no destination to accept`);
     }
-    const to = s.destination;
-    const from = await this.driver.quiesce([s.state], () => s.state.acceptDestination(to));
+    const to = s.destination ?? '(unknown)';
+    const from = await this.driver.quiesce([s.state], () => s.state.acceptDestination(s.destination, s.delivers));
     this.log.warn({ sink: name, from, to }, 'destination accepted: the watermarks now belong to it');
     return { from, to };
   }

@@ -64,7 +64,8 @@ function interpolateConfig(raw: unknown, where: string): unknown {
       const sinks = Object.entries(v).map(([name, sink]) => {
         if (!sink || typeof sink !== 'object' || Array.isArray(sink)) return [name, interpolate(sink, `${where}: sinks.${name}`)];
         const fields = Object.entries(sink).map(([f, x]) =>
-          f === 'config' || f === 'writerConfig' || f === '//' ? [f, x] : [f, interpolate(x, `${where}: sink "${name}": ${f}`)],
+          // `transforms` too: the engine resolves its `${NAME}` itself, to keep hash keys out of its identity (LLP 0046).
+          f === 'config' || f === 'writerConfig' || f === 'transforms' || f === '//' ? [f, x] : [f, interpolate(x, `${where}: sink "${name}": ${f}`)],
         );
         return [name, Object.fromEntries(fields)];
       });

@@ -16,6 +16,7 @@ import { interpolate, type LoadedConfig } from '../config/load.js';
 import { isBlobSink, type SinkConfig } from '../config/schema.js';
 import { FAULT_POINTS, type FaultPoint, fault } from '../fault.js';
 import type { PluginHost } from '../plugins/host.js';
+import { buildTransforms, canonicalJson, type TransformChain } from '../transform/index.js';
 import { blobShipper } from './blob.js';
 import type { SinkRuntime } from './exporter.js';
 import type { SinkState } from './states.js';
@@ -131,6 +132,7 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
   let shipper: UnitShipper;
   let root: string | undefined;
   let destination: string | null;
+  let transforms: TransformChain;
   try {
     const config = interpolate(sc.config, `${w}: config`) as Record<string, unknown>;
     if (isBlobSink(sc)) {
@@ -152,6 +154,7 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
       shipper = factory.create(config, build);
       destination = shipper.destination ?? null;
     }
+    transforms = await sinkTransforms(env, name, sc);
   } catch (e) {
     // A plugin's own config check names the sink and field; add the file.
     if (isHypsinkError(e) && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(w)) {
@@ -169,6 +172,8 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
     watermarks: state.watermarks,
     root,
     destination,
+    transforms,
+    delivers: deliveredShape(transforms, isBlobSink(sc) ? sc.keys.time : undefined),
     policy: {
       minRows: sc.minRows,
       maxDelayMs: sc.maxDelay !== undefined ? (parseDuration(sc.maxDelay) ?? 0) : sc.minRows > 1 ? 3_600_000 : 0,
@@ -178,6 +183,35 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
       },
     },
   };
+}
+
+/**
+ * The sink's transforms, built and bound to each of its datasets now, so a
+ * column a transform names that a dataset lacks is a config error before
+ * any export. @ref LLP 0046
+ */
+async function sinkTransforms(env: BuildEnv, name: string, sc: SinkConfig): Promise<TransformChain> {
+  const chain = await buildTransforms(sc.transforms, {
+    sink: name,
+    baseDir: env.loaded.baseDir,
+    log: env.log.child({ sink: name }),
+    plugin: async (spec) => {
+      await env.host.activateFor(spec, 'transform');
+      return env.host.registry.transforms.get(spec)!;
+    },
+  });
+  if (chain.length > 0) for (const ds of sc.datasets) chain.bind(env.loaded.config.datasets[ds]!.columns, ds);
+  return chain;
+}
+
+/**
+ * What a sink delivers beyond where: its transforms' identity and its key
+ * layout, '' for neither (so a sink state written before either existed
+ * reads as it was). @ref LLP 0049
+ */
+function deliveredShape(transforms: TransformChain, time: string | undefined): string {
+  if (!transforms.identity && time === undefined) return '';
+  return canonicalJson({ ...(transforms.identity ? { transforms: JSON.parse(transforms.identity) as unknown } : {}), ...(time ? { keys: { time } } : {}) });
 }
 
 /**

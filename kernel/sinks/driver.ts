@@ -121,7 +121,7 @@ export class SinkDriver {
       // The watermarks must belong to the destination the config names now (LLP 0022).
       let refused: unknown;
       try {
-        await sink.state.admit(sink.destination, sink.datasets, `sink "${sink.name}"`);
+        await sink.state.admit(sink.destination, sink.datasets, `sink "${sink.name}"`, sink.delivers);
       } catch (e) {
         refused = e;
       }

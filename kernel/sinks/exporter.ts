@@ -26,9 +26,11 @@ import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache.js';
 import { forcedAbove, planUnit, type UnitPlan } from '../store/planner.js';
 import { fault } from '../fault.js';
+import type { BoundChain, TransformChain } from '../transform/index.js';
 import type { GuardedShipper } from './blob.js';
+import { keepRefused } from './rejected.js';
 import type { SinkState } from './states.js';
-import { buildUnit, type Prefetch, rangeText, readBatches, readNdjson, type SeqRuns, UnitReads } from './unit.js';
+import { buildUnit, type Prefetch, rangeText, readBatches, readNdjson, type Refused, type SeqRuns, UnitReads, type UnitSource } from './unit.js';
 import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
 
 export interface ExportPolicy {
@@ -50,6 +52,14 @@ export interface SinkRuntime {
   readonly root?: string;
   /** Where its units go (no secrets), checked against the one its watermarks belong to; null: unknown. */
   readonly destination: string | null;
+  /** What it does to rows before they ship (length 0: nothing). @ref LLP 0046 */
+  readonly transforms: TransformChain;
+  /**
+   * The shape of what it delivers beyond where (its transforms' identity, its
+   * key layout), checked like the destination; '' for rows as cached, in the
+   * default layout. @ref LLP 0049
+   */
+  readonly delivers: string;
 }
 
 export interface PartitionOutcome {
@@ -144,9 +154,25 @@ export async function exportPartition(
    * body. A unit already recorded as `next` by an earlier run is read as it is.
    * @ref LLP 0014: the next intent is written while the current unit is in flight
    */
+  /** The sink's transforms bound to a unit's columns: once per column set this tick. */
+  const bound = new Map<string, BoundChain | null>();
+  const sourceOf = (i: Intent): UnitSource => {
+    const planned = unitSchema(schema, i);
+    if ((i.transforms ?? '') !== sink.transforms.identity) throw otherTransforms(sink, p, i);
+    const key = JSON.stringify(planned.columns);
+    let chain = bound.get(key);
+    if (chain === undefined) {
+      chain = sink.transforms.length > 0 ? sink.transforms.bind(planned.columns, p.dataset) : null;
+      bound.set(key, chain);
+    }
+    return { cache: env.cache, p, schema: planned, chain };
+  };
+  /** What an intent records of the transforms it is shipped through. */
+  const shaped = sink.transforms.identity ? { transforms: sink.transforms.identity } : {};
+
   /** A request sink gets its next unit's body (NDJSON, or batches) read while the current one ships. @ref LLP 0047 */
   const prefetch = sink.kind === 'request';
-  const readFor = (i: Intent, rows: number) => (prefetch ? readAhead(env, p, schema, i, rows, sink.shipper.reads ?? 'ndjson') : Promise.resolve(null));
+  const readFor = (i: Intent, rows: number) => (prefetch ? readAhead(sourceOf(i), i, rows, sink.shipper.reads ?? 'ndjson') : Promise.resolve(null));
   const lookAhead = async (cur: Intent, recorded: Intent | null): Promise<{ intent: Intent; pre: Prefetch | null } | null> => {
     const since = BigInt(cur.until);
     if (recorded) {
@@ -156,7 +182,7 @@ export async function exportPartition(
     const plan = await planAhead(env, p, schema, since, limits);
     if (!plan) return null;
     const until = cont(plan.until);
-    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until), rows: plan.rows, columns: schema.columns };
+    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until), rows: plan.rows, columns: schema.columns, ...shaped };
     // The intent needs only the plan: its durable write and the body's read run together.
     const writing = write({ ...logical(), intent: cur, next: intent });
     writing.catch(() => undefined); // awaited below
@@ -202,6 +228,7 @@ export async function exportPartition(
         // Counted before the ship, and kept with the intent: what the unit must ship.
         rows: facts.plan.rows,
         columns: schema.columns,
+        ...shaped,
         // The watermark stepped over a gap since the last unit shipped: say where that one ended.
         ...(base.shippedUntil !== undefined ? { prior: base.shippedUntil } : {}),
       };
@@ -215,7 +242,7 @@ export async function exportPartition(
       fault('export.afterIntent');
     }
 
-    let shipped: { result: ShipResult; seen: SeqRuns };
+    let shipped: { result: ShipResult; seen: SeqRuns; refused: readonly Refused[] };
     const pre = ahead;
     ahead = null;
     // A request sink waits on the network: record and read the next unit meanwhile. Not
@@ -223,7 +250,7 @@ export async function exportPartition(
     const look = sink.kind === 'request' && !halved && (queued !== null || !stopping()) ? lookAhead(open, queued) : null;
     look?.catch(() => undefined); // awaited below, on every path
     try {
-      shipped = await shipUnit(env, sink, p, schema, open, pre ?? undefined);
+      shipped = await shipUnit(env, sink, sourceOf(open), open, pre ?? undefined);
     } catch (e) {
       await look?.catch(() => undefined);
       if ((e as { tooLarge?: boolean }).tooLarge) {
@@ -253,7 +280,9 @@ export async function exportPartition(
     const forcedSeen = shipped.seen.reduce((n, [a, b]) => n + countIn(forced, a - 1n, b), 0);
     const gap = Math.max(0, countIn(forced, seqOf(since), BigInt(open.until)) - forcedSeen);
     const rows = shipped.result.rows;
-    const rejected = shipped.result.rejected ?? 0;
+    // Rows the transforms refused are kept (their seqs and reasons) before the advance that counts them.
+    if (shipped.refused.length > 0) await keepRefused(env.log, sink, p, open, shipped.refused);
+    const rejected = (shipped.result.rejected ?? 0) + shipped.refused.length;
     out.rows += rows;
     out.rejectedRows += rejected;
     out.bytes += shipped.result.bytes;
@@ -363,25 +392,35 @@ async function planAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema,
 }
 
 /** Read a planned unit's rows as the shipper reads them: one NDJSON body, or its batches. */
-async function readAhead(env: ExportEnv, p: PartitionRef, schema: DatasetSchema, i: Intent, rows: number, reads: 'ndjson' | 'batches'): Promise<Prefetch> {
+async function readAhead(u: UnitSource, i: Intent, rows: number, reads: 'ndjson' | 'batches'): Promise<Prefetch> {
   const since = seqOf(sinceOf(i));
   const seen: SeqRuns = [];
+  const refused: Refused[] = [];
   if (reads === 'batches') {
-    const batches = await readBatches(env.cache, p, unitSchema(schema, i), since, i.until, seen);
-    return { since, until: i.until, batches, rows: batches.reduce((n, b) => n + b.numRows, 0), seen };
+    const batches = await readBatches(u, since, i.until, seen, refused);
+    return { since, until: i.until, batches, rows: batches.reduce((n, b) => n + b.numRows, 0), seen, refused };
   }
-  const chunks = await readNdjson(env.cache, p, unitSchema(schema, i), since, i.until, rows, seen);
-  return { since, until: i.until, chunks, rows: chunks.reduce((n, c) => n + c.rows, 0), seen };
+  const chunks = await readNdjson(u, since, i.until, rows, seen, refused);
+  return { since, until: i.until, chunks, rows: chunks.reduce((n, c) => n + c.rows, 0), seen, refused };
+}
+
+/** A unit recorded under other transforms than the sink has now: it may be delivered in that shape already. */
+function otherTransforms(sink: SinkRuntime, p: PartitionRef, i: Intent): HypsinkError {
+  return new HypsinkError(
+    'HYPSINK_ERR_CONFIG',
+    `sink "${sink.name}": ${rangeText(p, i.since, i.until)} (id ${i.unit}) was recorded with ${i.transforms ? 'other transforms' : 'no transforms'} than the sink has now, and may already be delivered that way; ` +
+      'finishing it with these would give one unit two shapes. Restore the transforms it was recorded with (sink.json and the intent show them) until it is exported, then change them',
+  );
 }
 
 async function shipUnit(
   env: ExportEnv,
   sink: SinkRuntime,
-  p: PartitionRef,
-  schema: DatasetSchema,
+  u: UnitSource,
   intent: Intent,
   pre?: Prefetch,
-): Promise<{ result: ShipResult; seen: SeqRuns }> {
+): Promise<{ result: ShipResult; seen: SeqRuns; refused: readonly Refused[] }> {
+  const p = u.p;
   const since = sinceOf(intent);
   if (BigInt(intent.until) <= seqOf(since)) {
     throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink ${sink.name}: intent for ${p.key} has until ${intent.until} ≤ since`);
@@ -389,11 +428,18 @@ async function shipUnit(
   const planned = await plannedRows(env, p, intent);
   // An intent recorded before intents were held from the hard cap may have lost every row:
   // nothing to ship, no empty blob; the advance counts them as a gap.
-  if (planned === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [] };
+  if (planned === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [], refused: [] };
   const reads = new UnitReads(planned, sink.name, rangeText(p, intent.since, intent.until));
-  const unit = buildUnit(env.cache, sink.name, p, unitSchema(schema, intent), intent, reads, env.signal, pre);
+  const unit = buildUnit(u, sink.name, intent, reads, env.signal, pre);
   const result = sink.kind === 'blob' ? await (sink.shipper as GuardedShipper).shipGuarded(unit, reads) : await sink.shipper.ship(unit);
   // A unit the destination already had was shipped whole before (its reads were checked then).
   if (!result.duplicate) reads.check();
-  return { result: { ...result, rows: planned }, seen: reads.seen };
+  else if (u.chain && reads.refused === null) {
+    // …without being read now: read it once more, for the rows its transforms refused (the same, as they are pure).
+    for await (const _ of unit.batches()) {
+      // nothing to do with the rows: the read notes the refused ones
+    }
+    reads.check();
+  }
+  return { result: { ...result, rows: planned }, seen: reads.seen, refused: reads.refused ?? [] };
 }

@@ -32,6 +32,12 @@ export interface SinkStateFile {
    * deliver those rows twice. Refused until the operator accepts it.
    */
   readonly spent?: readonly Spent[];
+  /**
+   * What the watermarks' rows were delivered as beyond where: the sink's
+   * transforms and key layout (`SinkRuntime.delivers`); absent for rows as
+   * cached, in the default layout. @ref LLP 0049
+   */
+  readonly delivers?: string;
 }
 
 export interface Spent {
@@ -48,7 +54,24 @@ function checkState(v: unknown): string | null {
   if (s.spent !== undefined && !(Array.isArray(s.spent) && s.spent.every((x) => typeof x?.destination === 'string' && (x.dataset === null || typeof x.dataset === 'string')))) {
     return 'bad spent destinations';
   }
+  if (s.delivers !== undefined && (typeof s.delivers !== 'string' || s.delivers === '')) return 'bad delivered shape';
   return null;
+}
+
+/** A delivered shape in words, for messages. */
+function shapeText(delivers: string): string {
+  if (delivers === '') return 'as cached (no transforms, default keys)';
+  const d = JSON.parse(delivers) as { transforms?: Record<string, unknown>[]; keys?: { time?: string } };
+  const parts: string[] = [];
+  // Each entry as its canonical form (no secrets: hash keys are fingerprints there), cut short.
+  const entry = (t: Record<string, unknown>) => {
+    const text = JSON.stringify(t);
+    return text.length > 120 ? `${text.slice(0, 117)}…` : text;
+  };
+  if (d.transforms) parts.push(`with transforms ${d.transforms.map(entry).join(', ')}`);
+  else parts.push('with no transforms');
+  parts.push(d.keys?.time ? `keys by ${d.keys.time}` : 'default keys');
+  return parts.join(', ');
 }
 
 /** `<state.dir>/sinks`: one folder per sink instance. */
@@ -91,11 +114,23 @@ export class SinkState {
 
   /**
    * Before a tick (the sink's lock held): the destination must be the one the
-   * watermarks belong to; the first tick records it, and every tick records the
-   * datasets it exports.
+   * watermarks belong to, and what it delivers (transforms, key layout) what
+   * they were delivered as; the first tick records both, and every tick
+   * records the datasets it exports.
    */
-  async admit(destination: string | null, datasets: readonly string[], where: string): Promise<void> {
+  async admit(destination: string | null, datasets: readonly string[], where: string, delivers = ''): Promise<void> {
     const cur = await this.read();
+    const had = cur?.delivers ?? '';
+    // A state with no destination and no datasets (forgotten) has delivered nothing: it takes the new shape.
+    if (cur && (cur.destination !== null || cur.datasets.length > 0) && had !== delivers) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `${where}: its watermarks were delivered ${shapeText(had)}, but the config now says ${shapeText(delivers)}; ` +
+          'the rows exported so far have the old shape, and a unit recorded under it must not be finished in the new one. ' +
+          `To deliver the new shape from here on, run "hypsink accept-destination ${this.name}"; to deliver every row in the new shape, give the sink a new name (and a new destination) or run "hypsink forget ${this.name} --yes"; otherwise restore the old ${had === '' ? 'config (no transforms, default keys)' : 'transforms and keys'}`,
+        { hint: had === '' ? undefined : `the old shape, as recorded in ${this.file}: ${had}` },
+      );
+    }
     const known = cur?.destination ?? null;
     const spent = cur?.spent?.find((x) => x.destination === destination && (x.dataset === null || datasets.includes(x.dataset)));
     if (spent && destination !== null) {
@@ -117,7 +152,7 @@ export class SinkState {
     const all = [...(cur?.datasets ?? [])];
     for (const d of datasets) if (!all.includes(d)) all.push(d);
     if (cur && known === (destination ?? known) && all.length === cur.datasets.length) return;
-    await this.writeState({ v: 1, sink: this.name, destination: destination ?? known, datasets: all, ...(cur?.spent ? { spent: cur.spent } : {}) });
+    await this.writeState({ v: 1, sink: this.name, destination: destination ?? known, datasets: all, ...(cur?.spent ? { spent: cur.spent } : {}), ...(delivers ? { delivers } : {}) });
     fault('export.afterSinkState');
   }
 
@@ -126,11 +161,22 @@ export class SinkState {
     await writeJsonAtomic(this.file, state);
   }
 
-  /** The operator moved the data (or emptied a destination it was forgotten at): the watermarks now belong to `destination`. */
-  async acceptDestination(destination: string): Promise<string | null> {
+  /**
+   * The operator moved the data (or emptied a destination it was forgotten
+   * at, or changed what the sink delivers): the watermarks now belong to
+   * `destination` and `delivers`.
+   */
+  async acceptDestination(destination: string | null, delivers = ''): Promise<string | null> {
     const cur = await this.read();
     const spent = cur?.spent?.filter((x) => x.destination !== destination);
-    await this.writeState({ v: 1, sink: this.name, destination, datasets: [...(cur?.datasets ?? [])], ...(spent?.length ? { spent } : {}) });
+    await this.writeState({
+      v: 1,
+      sink: this.name,
+      destination: destination ?? cur?.destination ?? null,
+      datasets: [...(cur?.datasets ?? [])],
+      ...(spent?.length ? { spent } : {}),
+      ...(delivers ? { delivers } : {}),
+    });
     return cur?.destination ?? null;
   }
 

@@ -14,6 +14,8 @@ import type { DatasetSchema, Row } from '../../types/schema.js';
 import type { BlobBody, NdjsonChunk, Unit } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache.js';
+import { toRowValue } from '../store/columns.js';
+import type { BoundChain } from '../transform/index.js';
 import { NdjsonWriter } from './ndjson.js';
 import type { Intent } from './watermarks.js';
 
@@ -36,13 +38,24 @@ export function rangeText(p: PartitionRef, since: string | null, until: string):
 }
 
 /**
+ * A row the sink's transforms refused in a read of a unit: its seq and the
+ * reason, never its values (they are what could not be made safe to ship).
+ * @ref LLP 0049
+ */
+export interface Refused {
+  readonly seq: string;
+  readonly reason: string;
+}
+
+/**
  * The reads of one unit. Each iteration (a call of rows(), batches() or
  * ndjson()) is counted; the last one to start is the one that counts, and it
- * must run to its end without an error and hand out exactly `planned` rows.
+ * must run to its end without an error and account for exactly `planned`
+ * rows: those handed out and those the sink's transforms refused.
  */
 export class UnitReads {
   private iteration = 0;
-  private whole: { iteration: number; rows: number; seen: SeqRuns } | null = null;
+  private whole: { iteration: number; rows: number; seen: SeqRuns; refused: Refused[] } | null = null;
   private error: unknown;
 
   constructor(
@@ -51,13 +64,14 @@ export class UnitReads {
     private readonly where: string,
   ) {}
 
-  /** Run one read, counting its rows; `each` hands out items and notes their seqs. */
-  async *read<T>(source: (seen: SeqRuns) => AsyncIterable<T>, rowsOf: (x: T) => number): AsyncIterable<T> {
+  /** Run one read, counting its rows; `source` hands out items, notes their seqs and the rows it refused. */
+  async *read<T>(source: (seen: SeqRuns, refused: Refused[]) => AsyncIterable<T>, rowsOf: (x: T) => number): AsyncIterable<T> {
     const iteration = ++this.iteration;
     const seen: SeqRuns = [];
+    const refused: Refused[] = [];
     let rows = 0;
     try {
-      for await (const x of source(seen)) {
+      for await (const x of source(seen, refused)) {
         rows += rowsOf(x);
         yield x;
       }
@@ -65,12 +79,17 @@ export class UnitReads {
       this.error ??= e;
       throw e;
     }
-    this.whole = { iteration, rows, seen };
+    this.whole = { iteration, rows: rows + refused.length, seen, refused };
   }
 
   /** The seqs of the last whole read (for gap accounting). */
   get seen(): SeqRuns {
     return this.whole?.seen ?? [];
+  }
+
+  /** The rows the transforms refused in the last whole read; null before any whole read. */
+  get refused(): readonly Refused[] | null {
+    return this.whole?.refused ?? null;
   }
 
   /** Throw unless the last read was whole and handed out exactly the planned rows. */
@@ -106,7 +125,8 @@ export class UnitReads {
 
 /**
  * The unit's body, already read while the previous unit was in flight (request
- * sinks): its NDJSON, or its batches for a shipper that reads batches.
+ * sinks): its NDJSON, or its batches for a shipper that reads batches; both
+ * after the sink's transforms.
  * @ref LLP 0047
  */
 export interface Prefetch {
@@ -116,50 +136,82 @@ export interface Prefetch {
   readonly batches?: RecordBatch[];
   readonly rows: number;
   readonly seen: SeqRuns;
+  readonly refused: Refused[];
+}
+
+/** What a unit is read as: its range, the columns it was planned with, and the sink's transforms bound to them. */
+export interface UnitSource {
+  readonly cache: Cache;
+  readonly p: PartitionRef;
+  /** The columns the unit was planned with (its intent's): what the cache is read as. */
+  readonly schema: DatasetSchema;
+  /** The sink's transforms bound to those columns; null without transforms. */
+  readonly chain: BoundChain | null;
 }
 
 const rangeOf = (since: bigint, until: string) => ({ since: since < 0n ? null : cont(since.toString()), until: cont(until) });
 
-/** Read `(since, until]` as one NDJSON body, noting the seqs read. */
-export async function readNdjson(cache: Cache, p: PartitionRef, schema: DatasetSchema, since: bigint, until: string, rows: number, seen: SeqRuns): Promise<NdjsonChunk[]> {
-  // The unit's batches into one buffer: the request body as is, no concatenation.
-  const out = new NdjsonWriter(schema.columns, rows);
-  for await (const b of cache.storage.scan(cache.store(p), rangeOf(since, until), schema.columns, true)) {
+/** The columns a sink ships a unit with: its planned columns, through the sink's transforms. */
+export function shippedSchema(u: UnitSource): DatasetSchema {
+  if (!u.chain) return u.schema;
+  const columns = u.chain.columns;
+  const ts = u.schema.timestampColumn;
+  // The timestamp column is still the dataset's if it came through by its name as a TIMESTAMP.
+  const keepsTs = ts !== undefined && columns.some((c) => c.name === ts && c.type === 'TIMESTAMP');
+  return { columns, ...(keepsTs ? { timestampColumn: ts } : {}) };
+}
+
+/**
+ * `(since, until]` as the sink ships it: the cache's batches, through the
+ * sink's transforms. Seqs are noted as read (before any refusal: a refused row
+ * is accounted for, not a gap); each refused row goes to `refused` by its seq.
+ * @ref LLP 0049
+ */
+async function* shippedBatches(u: UnitSource, since: bigint, until: string, seen: SeqRuns, refused: Refused[]): AsyncIterable<RecordBatch> {
+  // Decoded row groups are reused: the planner has just decoded the one the unit ends in.
+  for await (const b of u.cache.storage.scan(u.cache.store(u.p), rangeOf(since, until), u.schema.columns, true)) {
     for (const x of b.seqs) note(seen, x);
-    out.append(b.batch);
+    if (!u.chain) {
+      yield b.batch as RecordBatch;
+      continue;
+    }
+    const out = u.chain.apply(b.batch as RecordBatch);
+    for (const r of out.refused) refused.push({ seq: (b.seqs[r.row] ?? 0n).toString(), reason: r.reason });
+    if (out.batch.numRows > 0) yield out.batch;
   }
+}
+
+/** Read `(since, until]` as one NDJSON body, noting the seqs read. */
+export async function readNdjson(u: UnitSource, since: bigint, until: string, rows: number, seen: SeqRuns, refused: Refused[]): Promise<NdjsonChunk[]> {
+  // The unit's batches into one buffer: the request body as is, no concatenation.
+  const out = new NdjsonWriter(shippedSchema(u).columns, rows);
+  for await (const b of shippedBatches(u, since, until, seen, refused)) out.append(b);
   return out.rows > 0 ? [{ bytes: out.bytes(), rows: out.rows }] : [];
 }
 
 /** Read `(since, until]` as its decoded batches, noting the seqs read. */
-export async function readBatches(cache: Cache, p: PartitionRef, schema: DatasetSchema, since: bigint, until: string, seen: SeqRuns): Promise<RecordBatch[]> {
+export async function readBatches(u: UnitSource, since: bigint, until: string, seen: SeqRuns, refused: Refused[]): Promise<RecordBatch[]> {
   const out: RecordBatch[] = [];
-  for await (const b of cache.storage.scan(cache.store(p), rangeOf(since, until), schema.columns, true)) {
-    for (const x of b.seqs) note(seen, x);
-    out.push(b.batch as RecordBatch);
-  }
+  for await (const b of shippedBatches(u, since, until, seen, refused)) out.push(b);
   return out;
 }
 
 /** The Unit a shipper is handed for `intent`, every read of it counted by `reads`. */
-export function buildUnit(
-  cache: Cache,
-  sink: string,
-  p: PartitionRef,
-  schema: DatasetSchema,
-  intent: Intent,
-  reads: UnitReads,
-  signal: AbortSignal,
-  pre?: Prefetch,
-): Unit {
+export function buildUnit(u: UnitSource, sink: string, intent: Intent, reads: UnitReads, signal: AbortSignal, pre?: Prefetch): Unit {
   const since = intent.since === null ? null : cont(intent.since);
   const until = cont(intent.until);
   const lo = since ? BigInt(since.seq) : -1n;
-  const store = cache.store(p);
-  const storage = cache.storage;
+  const schema = shippedSchema(u);
+  /** The read-ahead, if it is of this unit: its seqs and refusals are this read's too. */
+  const ahead = (seen: SeqRuns, refused: Refused[]): Prefetch | null => {
+    if (!pre || pre.until !== intent.until || pre.since !== lo) return null;
+    seen.push(...pre.seen.map(([a, b]) => [a, b] as [bigint, bigint]));
+    refused.push(...pre.refused);
+    return pre;
+  };
   return {
     sink,
-    partition: p,
+    partition: u.p,
     schema,
     since,
     until,
@@ -168,34 +220,35 @@ export function buildUnit(
     prior: intent.prior !== undefined ? (intent.prior === null ? null : cont(intent.prior)) : since,
     signal,
     rows: () =>
-      reads.read(async function* (seen) {
-        for await (const r of storage.readRowsSince(p, { since, until })) {
-          note(seen, BigInt(r.after.seq));
-          yield r.row as Row;
+      reads.read(async function* (seen, refused) {
+        const cols = schema.columns;
+        for await (const batch of shippedBatches(u, lo, intent.until, seen, refused)) {
+          const vectors = cols.map((c) => batch.getChild(c.name));
+          for (let i = 0; i < batch.numRows; i++) {
+            const row: Row = {};
+            for (let c = 0; c < cols.length; c++) row[cols[c]!.name] = toRowValue(cols[c]!.type, vectors[c]?.get(i));
+            yield row;
+          }
         }
       }, () => 1),
     batches: () =>
-      reads.read(async function* (seen) {
+      reads.read(async function* (seen, refused) {
         // Read while the previous unit shipped; every pass (a shipper may read twice) hands out the same batches.
-        if (pre?.batches && pre.until === intent.until && pre.since === lo) {
-          seen.push(...pre.seen.map(([a, b]) => [a, b] as [bigint, bigint]));
-          yield* pre.batches;
+        const got = pre?.batches ? ahead(seen, refused) : null;
+        if (got?.batches) {
+          yield* got.batches;
           return;
         }
-        // Decoded row groups are reused: the planner has just decoded the one the unit ends in.
-        for await (const b of storage.scan(store, { since, until }, schema.columns, true)) {
-          for (const x of b.seqs) note(seen, x);
-          yield b.batch as RecordBatch;
-        }
+        yield* shippedBatches(u, lo, intent.until, seen, refused);
       }, (b) => b.numRows),
     ndjson: () =>
-      reads.read(async function* (seen) {
-        if (pre?.chunks && pre.until === intent.until && pre.since === lo) {
-          seen.push(...pre.seen.map(([a, b]) => [a, b] as [bigint, bigint]));
-          yield* pre.chunks;
+      reads.read(async function* (seen, refused) {
+        const got = pre?.chunks ? ahead(seen, refused) : null;
+        if (got?.chunks) {
+          yield* got.chunks;
           return;
         }
-        yield* await readNdjson(cache, p, schema, lo, intent.until, reads.planned, seen);
+        yield* await readNdjson(u, lo, intent.until, reads.planned, seen, refused);
       }, (c) => c.rows),
   };
 }

@@ -41,6 +41,12 @@ export interface Intent {
    * @ref LLP 0041
    */
   readonly prior?: string | null;
+  /**
+   * The identity of the sink's transforms the unit is shipped through (LLP
+   * 0046), fixed when it was planned; absent without transforms.
+   * @ref LLP 0049
+   */
+  readonly transforms?: string;
 }
 
 export interface WatermarkRecord {
@@ -86,9 +92,10 @@ const badColumns = (i: Intent) =>
     i.columns.length > 0 &&
     i.columns.every((c) => typeof c?.name === 'string' && COLUMN_TYPES.includes(c.type) && typeof c.nullable === 'boolean')
   );
-/** A recorded unit's own fields (its count and columns) are malformed. */
+/** A recorded unit's own fields (its count, columns, prior or transforms) are malformed. */
 const badPrior = (i: Intent) => i.prior !== undefined && i.prior !== null && !isDecimalSeq(i.prior);
-const badUnit = (i: Intent) => (i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0)) || badColumns(i) || badPrior(i);
+const badTransforms = (i: Intent) => i.transforms !== undefined && (typeof i.transforms !== 'string' || i.transforms === '');
+const badUnit = (i: Intent) => (i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0)) || badColumns(i) || badPrior(i) || badTransforms(i);
 
 /** Paired assertion, checked before every write and on every read. */
 export function checkRecord(v: unknown): string | null {
