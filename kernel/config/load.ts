@@ -64,7 +64,8 @@ function interpolateConfig(raw: unknown, where: string): unknown {
       const sinks = Object.entries(v).map(([name, sink]) => {
         if (!sink || typeof sink !== 'object' || Array.isArray(sink)) return [name, interpolate(sink, `${where}: sinks.${name}`)];
         const fields = Object.entries(sink).map(([f, x]) =>
-          f === 'config' || f === 'writerConfig' || f === '//' ? [f, x] : [f, interpolate(x, `${where}: sink "${name}": ${f}`)],
+          // `transforms` too: the engine resolves its `${NAME}` itself, to keep hash keys out of its identity (LLP 0046).
+          f === 'config' || f === 'writerConfig' || f === 'transforms' || f === '//' ? [f, x] : [f, interpolate(x, `${where}: sink "${name}": ${f}`)],
         );
         return [name, Object.fromEntries(fields)];
       });
@@ -131,6 +132,14 @@ export function validateConfig(written: unknown, file: string): Config {
       if (!(ds in parsed.data.datasets)) {
         const known = Object.keys(parsed.data.datasets).join(', ') || 'none';
         throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: sink "${name}": datasets[${i}]: unknown dataset "${ds}" (configured: ${known})`);
+      }
+      // Time keys put each row under the day (hour) of its dataset's timestamp column. @ref LLP 0048
+      const time = 'keys' in r.data ? r.data.keys.time : undefined;
+      if (time && parsed.data.datasets[ds]!.timestampColumn === undefined) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_CONFIG',
+          `${file}: sink "${name}": keys.time: dataset "${ds}" has no timestampColumn, so its rows have no ${time} to be keyed by; set datasets.${ds}.timestampColumn to one of its TIMESTAMP columns, or leave keys.time out`,
+        );
       }
     }
     sinks[name] = r.data;

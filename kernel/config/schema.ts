@@ -69,6 +69,12 @@ const sinkCommon = {
   unit: z
     .object({ maxRows: z.number().int().positive().optional(), maxBytes: z.number().int().positive().optional() })
     .default({}),
+  /**
+   * What the sink does to rows between the read and its encoder or shipper, as
+   * written: the transform engine checks each entry (strict keys, `${NAME}`
+   * resolved there, so it knows which values are secrets). @ref LLP 0046
+   */
+  transforms: z.array(z.unknown()).default([]),
 };
 
 export const blobSink = z.object({
@@ -76,6 +82,8 @@ export const blobSink = z.object({
   destination: z.string().min(1),
   /** Options of the writer (encoder); `config` belongs to the destination. */
   writerConfig: z.record(z.string(), z.unknown()).default({}),
+  /** Key layout: Hive-style time segments (`dt=YYYY-MM-DD`, and `hour=HH`) from the dataset's timestamp column, in UTC. */
+  keys: z.object({ time: z.enum(['day', 'hour']).optional() }).strict().default({}),
   ...sinkCommon,
 });
 export const requestSink = z.object({ plugin: z.string().min(1), ...sinkCommon });
