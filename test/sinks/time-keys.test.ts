@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { loadConfig } from '../../kernel/config/load.js';
 import { resetFaultHits } from '../../kernel/fault.js';
-import { cli, decodeParquet, ingestText, type Json, openKernel, partitionStatus, cliStatus, sampleConfig, walkFiles, writeConfig } from '../support/kernel.js';
+import { cli, cliStatus, decodeParquet, ingestText, type Json, openKernel, partitionStatus, runBin, sampleConfig, walkFiles, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
 const DAY = 86_400_000;
@@ -158,6 +158,11 @@ test('a failure between two blobs of a unit: the retry writes only the missing b
   const p = partitionStatus(await cliStatus(config), 'archive', 'web');
   assert.deepEqual([p.watermark, p.exportedRows], [null, 0], 'the unit did not advance');
   assert.match(p.lastError ?? '', /injected failure at fault point blob\.afterDayBlob/);
+  // verify: the open intent's unit stored in part is not a finding (the export finishes it).
+  const v = await cli('verify', '--json', '--sink', 'archive', '--config', config);
+  assert.equal(v.code, 0, v.out + v.err);
+  const part = (JSON.parse(v.out) as { sinks: { partitions: { source: string; units: number; intents: number }[] }[] }).sinks[0]!.partitions[0]!;
+  assert.deepEqual([part.units, part.intents], [1, 1]);
   const before = await fsp.stat(join(exports, first));
   const [retry] = await exportAll(config, 'archive');
   assert.equal(retry?.failed, 0);
@@ -196,6 +201,30 @@ test('a retry that finds every blob of the unit stored advances it as a duplicat
   assert.deepEqual(await Promise.all(stored.map(async (rel) => (await fsp.stat(join(exports, rel))).mtimeMs)), mtimes);
   const p = partitionStatus(await cliStatus(config), 'archive', 'web');
   assert.deepEqual([p.watermark, p.exportedRows], ['6', 6]);
+});
+
+test('the read guard covers every blob: a damaged second cache file fails even the blob of a day whose rows all lie in the first; restored, the unit ships once', async () => {
+  const { dir, config, exports } = await setup({ time: 'day' }, (c) => {
+    c.cache = { root: '.hypsink/cache', rowGroupRows: 4 };
+  });
+  // Day 1's rows in the first data file, day 2's in the second; one unit over both.
+  const big = (id: number) => `${JSON.stringify({ id, ts: new Date(T0 + (id > 10 ? DAY : 0)).toISOString(), msg: `${id}:${'x'.repeat(10)}${Math.random().toString(36).repeat(20)}` })}\n`;
+  await ingestRows(config, 'web', ids(1, 10).map(big).join(''));
+  await ingestRows(config, 'web', ids(11, 10).map(big).join(''));
+  const files = (await walkFiles(join(dir, '.hypsink/cache/datasets'))).filter((f) => f.endsWith('.parquet')).sort();
+  assert.equal(files.length, 2, 'two data files');
+  const original = await fsp.readFile(files[1]!);
+  await fsp.truncate(files[1]!, Math.floor(original.length / 2));
+  const r = await runBin(['export', '--config', config]);
+  assert.equal(r.code, 1, `the export must fail: ${r.stdout}${r.stderr}`);
+  assert.match(r.stderr, /HYPSINK_ERR_CORRUPT/);
+  assert.deepEqual(await blobs(exports), [], "no blob committed, not even the first day's");
+  assert.equal(partitionStatus(await cliStatus(config), 'archive', 'web').watermark, null);
+  await fsp.writeFile(files[1]!, original);
+  assert.equal((await runBin(['export', '--config', config])).code, 0);
+  assert.deepEqual(await blobs(exports), ['events/source=web/dt=2026-03-30/events.0-20.parquet', 'events/source=web/dt=2026-03-31/events.0-20.parquet']);
+  assert.deepEqual(idsOf(join(exports, 'events/source=web/dt=2026-03-30/events.0-20.parquet')), ids(1, 10));
+  assert.deepEqual(idsOf(join(exports, 'events/source=web/dt=2026-03-31/events.0-20.parquet')), ids(11, 10));
 });
 
 test('config errors: keys.time on a dataset without timestampColumn names the file, sink and dataset; bad values name the field', async () => {
