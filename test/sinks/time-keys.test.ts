@@ -10,11 +10,11 @@
  */
 import assert from 'node:assert/strict';
 import { promises as fsp, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { test } from 'node:test';
 import { loadConfig } from '../../kernel/config/load.js';
 import { resetFaultHits } from '../../kernel/fault.js';
-import { cli, cliStatus, decodeParquet, ingestText, type Json, openKernel, partitionStatus, runBin, sampleConfig, walkFiles, writeConfig } from '../support/kernel.js';
+import { cli, cliStatus, decodeParquet, FIXTURE_PLUGINS, ingestText, type Json, openKernel, partitionStatus, runBin, sampleConfig, walkFiles, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
 const DAY = 86_400_000;
@@ -104,6 +104,27 @@ test('hour keys with the JSONL writer: dt=/hour= segments in UTC, each blob its 
   assert.deepEqual(read('events/source=web/dt=2026-03-30/hour=22/events.0-8.jsonl'), [1, 2, 5, 6]);
   assert.deepEqual(read('events/source=web/dt=2026-03-30/hour=23/events.0-8.jsonl'), [3, 7]);
   assert.deepEqual(read('events/source=web/dt=2026-03-31/hour=00/events.0-8.jsonl'), [4, 8]);
+});
+
+test("an encoder reading the unit's NDJSON gets one day's lines per blob", async () => {
+  const { dir, config, exports } = await setup({ time: 'day' }, (c) => {
+    c.sinks.archive!.writer = 'test-ndjson-encoder';
+  });
+  const c = JSON.parse(readFileSync(config, 'utf8')) as Json;
+  c.plugins = [relative(dir, join(FIXTURE_PLUGINS, 'ndjson-encoder'))];
+  await writeConfig(dir, c);
+  await ingestRows(config, 'web', lines(ids(1, 9), (id) => (id % 3 === 0 ? null : T0 + (id % 3) * DAY)));
+  const [r] = await exportAll(config);
+  assert.equal(r?.failed, 0, JSON.stringify(r));
+  const read = (seg: string) =>
+    readFileSync(join(exports, `events/source=web/${seg}/events.0-9.ndjson`), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => (JSON.parse(l) as { id: number }).id);
+  assert.deepEqual(await blobs(exports), ['dt=2026-03-31', 'dt=2026-04-01', 'dt=__HIVE_DEFAULT_PARTITION__'].map((s) => `events/source=web/${s}/events.0-9.ndjson`));
+  assert.deepEqual(read('dt=2026-03-31'), [1, 4, 7]);
+  assert.deepEqual(read('dt=2026-04-01'), [2, 5, 8]);
+  assert.deepEqual(read('dt=__HIVE_DEFAULT_PARTITION__'), [3, 6, 9]);
 });
 
 test('without keys.time the keys are as before; a single-day unit under day keys is one blob', async () => {
