@@ -33,6 +33,7 @@ export const FAULT_POINTS = {
   'export.afterAdvance': 'the watermark is advanced and the intent cleared',
   'export.afterSinkState': "the sink's state (its destination, its datasets) is recorded, nothing planned yet",
   'forget.afterRename': "a forgotten sink's watermarks are renamed away, not yet removed",
+  'blob.afterDayBlob': 'one blob of a multi-blob unit (time keys: one per day or hour) is stored, others not yet',
   'localfs.afterTemp': 'the temp blob is written and fsynced, not linked',
   'localfs.afterRecord': "local-fs's commit record names the blob (key, size, digest), the blob not yet linked",
   'localfs.afterLink': 'the blob is linked under its key, temp not removed',

@@ -133,6 +133,14 @@ export function validateConfig(written: unknown, file: string): Config {
         const known = Object.keys(parsed.data.datasets).join(', ') || 'none';
         throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: sink "${name}": datasets[${i}]: unknown dataset "${ds}" (configured: ${known})`);
       }
+      // Time keys put each row under the day (hour) of its dataset's timestamp column. @ref LLP 0048
+      const time = 'keys' in r.data ? r.data.keys.time : undefined;
+      if (time && parsed.data.datasets[ds]!.timestampColumn === undefined) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_CONFIG',
+          `${file}: sink "${name}": keys.time: dataset "${ds}" has no timestampColumn, so its rows have no ${time} to be keyed by; set datasets.${ds}.timestampColumn to one of its TIMESTAMP columns, or leave keys.time out`,
+        );
+      }
     }
     sinks[name] = r.data;
   }

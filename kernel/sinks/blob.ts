@@ -5,34 +5,95 @@
  * and create-if-absent tells whether it already committed. The body the
  * destination stores ends only once the unit's reads were whole (UnitReads):
  * a damaged cache file fails the put, it never commits a short blob.
+ *
+ * With `keys.time` ("day" or "hour") the unit is one blob per day (hour) of its
+ * rows' timestamps, under Hive-style segments: `<p.key>/dt=YYYY-MM-DD[/hour=HH]/<name>`,
+ * each naming the whole unit's range, each create-if-absent, each guarded.
  * @ref LLP 0005: write-ahead intent
  * @ref LLP 0018: the two kernel rules
+ * @ref LLP 0048: time-partitioned keys
  */
+import type { RecordBatch } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
-import type { BlobDestination, ConnectionCheckOptions, Encoder, HeldUnit, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
+import type { Row } from '../../types/schema.js';
+import type { BlobDestination, ConnectionCheckOptions, Encoder, HeldUnit, NdjsonChunk, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
+import { fault } from '../fault.js';
 import { encodeSegment } from '../store/segments.js';
+import { NdjsonWriter } from './ndjson.js';
 import type { UnitReads } from './unit.js';
 
-export function blobKey(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string): string {
-  const ds = encodeSegment(p.dataset);
-  return `${p.key}/${ds}.${since?.seq ?? '0'}-${until.seq}.${ext}`;
+/** A blob sink's key layout (`keys` in its config). */
+export interface KeyLayout {
+  readonly time?: TimeGrain;
 }
+export type TimeGrain = 'day' | 'hour';
+
+/** The layout as the sink's recorded identity names it: '' for the plain layout. */
+export function layoutText(layout: KeyLayout): string {
+  return layout.time ? `time=${layout.time}` : '';
+}
+
+export function blobKey(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string, segment?: string): string {
+  const ds = encodeSegment(p.dataset);
+  return `${p.key}/${segment ? `${segment}/` : ''}${ds}.${since?.seq ?? '0'}-${until.seq}.${ext}`;
+}
+
+/**
+ * A time bucket: epoch ms floored to the grain, in UTC; null for a row whose
+ * timestamp is null. Its segments name it as Hive does; a null bucket takes
+ * Hive's default partition name, which Hive, Spark and Trino read as null.
+ * @ref LLP 0048
+ */
+type Bucket = number | null;
+const GRAIN_MS: Record<TimeGrain, number> = { day: 86_400_000, hour: 3_600_000 };
+export const NULL_SEGMENT = '__HIVE_DEFAULT_PARTITION__';
+
+export function timeSegment(grain: TimeGrain, bucket: Bucket): string {
+  if (bucket === null) return grain === 'day' ? `dt=${NULL_SEGMENT}` : `dt=${NULL_SEGMENT}/hour=${NULL_SEGMENT}`;
+  const iso = new Date(bucket * GRAIN_MS[grain]).toISOString();
+  const t = iso.indexOf('T');
+  return grain === 'day' ? `dt=${iso.slice(0, t)}` : `dt=${iso.slice(0, t)}/hour=${iso.slice(t + 1, t + 3)}`;
+}
+
+/** The unit id of a segmented unit: its blobs' keys with the segments as `*` (a pure function of the range). */
+function segmentedId(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string, grain: TimeGrain): string {
+  return blobKey(p, since, until, ext, grain === 'day' ? 'dt=*' : 'dt=*/hour=*');
+}
+
+/** A key's time segments: `dt=<day>/`, then `hour=<HH>/` for hour keys. */
+const DAY = `(?:[+-]?\\d{4,6}-\\d{2}-\\d{2}|${NULL_SEGMENT})`;
+const SEGMENTS = new RegExp(`^dt=(${DAY})/(?:hour=(\\d{2}|${NULL_SEGMENT})/)?`);
 
 /**
  * The unit a blob key names, if it is one of `p`'s: `<p.key>/<dataset>.<since>-<until>.<ext>`
  * (any one-word extension: a sink whose writer changed still holds its older units).
  * @ref LLP 0037
  */
-export function parseBlobKey(p: PartitionRef, key: string): { since: string; until: string; ext: string } | null {
-  const prefix = `${p.key}/${encodeSegment(p.dataset)}.`;
-  if (!key.startsWith(prefix)) return null;
-  const m = /^(0|[1-9]\d*)-(0|[1-9]\d*)\.([a-z0-9]+)$/.exec(key.slice(prefix.length));
-  return m ? { since: m[1]!, until: m[2]!, ext: m[3]! } : null;
+export function parseBlobKey(p: PartitionRef, key: string): { since: string; until: string; ext: string; grain?: TimeGrain } | null {
+  if (!key.startsWith(`${p.key}/`)) return null;
+  let rest = key.slice(p.key.length + 1);
+  // Time segments (LLP 0048): `dt=<day>/`, then `hour=<HH>/` for hour keys.
+  const seg = SEGMENTS.exec(rest);
+  let grain: TimeGrain | undefined;
+  if (seg) {
+    grain = seg[2] === undefined ? 'day' : 'hour';
+    rest = rest.slice(seg[0].length);
+  }
+  const name = `${encodeSegment(p.dataset)}.`;
+  if (!rest.startsWith(name)) return null;
+  const m = /^(0|[1-9]\d*)-(0|[1-9]\d*)\.([a-z0-9]+)$/.exec(rest.slice(name.length));
+  return m ? { since: m[1]!, until: m[2]!, ext: m[3]!, ...(grain ? { grain } : {}) } : null;
 }
 
-/** What a blob sink holds of a partition, from its destination's listing; rows counted by the encoder on demand. */
+/**
+ * What a blob sink holds of a partition, from its destination's listing; rows
+ * counted by the encoder on demand. The blobs of one segmented unit (its days or
+ * hours) are one held unit, its rows their sum: verify places units, not blobs.
+ * @ref LLP 0048
+ */
 async function* blobInventory(encoder: Encoder, destination: BlobDestination, p: PartitionRef, signal: AbortSignal): AsyncIterable<HeldUnit> {
+  const segmented = new Map<string, { since: string; until: string; counts: (() => Promise<number>)[] | null }>();
   for await (const b of destination.list!(`${p.key}/`, { signal })) {
     const k = parseBlobKey(p, b.key);
     if (!k) continue; // not a unit's name: nothing this sink wrote
@@ -40,23 +101,47 @@ async function* blobInventory(encoder: Encoder, destination: BlobDestination, p:
       encoder.countRows && destination.read && k.ext === encoder.extension
         ? () => encoder.countRows!({ bytes: b.bytes, read: (offset, length) => destination.read!(b.key, { offset, length }, { signal }) })
         : undefined;
-    yield { id: b.key, since: k.since, until: k.until, where: destination.describe(b.key), ...(count ? { countRows: count } : {}) };
+    if (!k.grain) {
+      yield { id: b.key, since: k.since, until: k.until, where: destination.describe(b.key), ...(count ? { countRows: count } : {}) };
+      continue;
+    }
+    // The unit's id, as unitId made it; its blobs are gathered before it is handed out.
+    const id = segmentedId(p, { v: 1, seq: k.since }, { v: 1, seq: k.until }, k.ext, k.grain);
+    const u = segmented.get(id) ?? { since: k.since, until: k.until, counts: [] };
+    u.counts = u.counts && count ? [...u.counts, count] : null;
+    segmented.set(id, u);
+  }
+  for (const [id, u] of segmented) {
+    const counts = u.counts;
+    const countRows = counts
+      ? async () => {
+          let n = 0;
+          for (const c of counts) n += await c();
+          return n;
+        }
+      : undefined;
+    yield { id, since: u.since, until: u.until, where: destination.describe(id), ...(countRows ? { countRows } : {}) };
   }
 }
 
 /** A shipper whose every ship is checked against the unit's reads: the kernel's own blob sinks. */
 export interface GuardedShipper extends UnitShipper {
   shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult>;
+  /** Its key layout, part of what the sink delivers: '' (plain keys), 'time=day', 'time=hour'. @ref LLP 0048 */
+  readonly layout: string;
 }
 
-export function blobShipper(encoder: Encoder, destination: BlobDestination, limits: UnitLimits): GuardedShipper {
+export function blobShipper(encoder: Encoder, destination: BlobDestination, limits: UnitLimits, layout: KeyLayout = {}): GuardedShipper {
+  const grain = layout.time;
   return {
     limits,
-    unitId: (p, since, until) => blobKey(p, since, until, encoder.extension),
+    layout: layoutText(layout),
+    unitId: (p, since, until) => (grain ? segmentedId(p, since, until, encoder.extension, grain) : blobKey(p, since, until, encoder.extension)),
     ship(unit: Unit): Promise<ShipResult> {
       return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `blob unit ${unit.id}: shipped without the kernel's read guard`));
     },
     async shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult> {
+      if (grain) return shipByTime(encoder, destination, unit, reads, grain);
       const put = await destination.putIfAbsent(unit.id, reads.guard(encoder.encode(unit)), {
         contentType: encoder.contentType,
         signal: unit.signal,
@@ -68,4 +153,167 @@ export function blobShipper(encoder: Encoder, destination: BlobDestination, limi
     ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
     ...(destination.list ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => blobInventory(encoder, destination, p, opts.signal) } : {}),
   };
+}
+
+/** The timestamp column the unit's rows are bucketed by: looked up by name in the columns the shipper is handed. */
+function timeColumn(unit: Unit): string {
+  const p = unit.partition;
+  const name = unit.schema.timestampColumn;
+  if (name === undefined) {
+    throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${unit.sink}": keys.time: dataset "${p.dataset}" has no timestampColumn to put its rows under a day or hour`);
+  }
+  const c = unit.schema.columns.find((x) => x.name === name);
+  if (c?.type !== 'TIMESTAMP') {
+    throw new HypsinkError(
+      'HYPSINK_ERR_CONFIG',
+      `sink "${unit.sink}": keys.time: the rows of dataset "${p.dataset}" handed to the writer have ${c ? `"${name}" as ${c.type}, not TIMESTAMP` : `no column "${name}" (its timestampColumn)`}; a transform that drops, renames or rewrites it leaves keys.time nothing to read`,
+    );
+  }
+  return name;
+}
+
+/** The bucket of each row of a batch (its timestamp column, epoch ms). */
+function batchBuckets(b: RecordBatch, col: string, grain: TimeGrain): Bucket[] {
+  const v = b.getChild(col);
+  const ms = GRAIN_MS[grain];
+  const out: Bucket[] = new Array(b.numRows);
+  for (let i = 0; i < b.numRows; i++) {
+    const t = v?.get(i) as number | bigint | null | undefined;
+    out[i] = t === null || t === undefined ? null : Math.floor(Number(t) / ms);
+  }
+  return out;
+}
+
+function rowBucket(r: Row, col: string, grain: TimeGrain): Bucket {
+  const t = r[col];
+  if (t === null || t === undefined) return null;
+  const ms = typeof t === 'string' ? Date.parse(t) : Number(t);
+  if (!Number.isFinite(ms)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `keys.time: a row's ${col} is ${JSON.stringify(t)}, not a timestamp`);
+  return Math.floor(ms / GRAIN_MS[grain]);
+}
+
+const order = (a: Bucket, b: Bucket) => (a === b ? 0 : a === null ? 1 : b === null ? -1 : a - b);
+
+/**
+ * The unit as one bucket's blob sees it: each read is a whole read of the unit
+ * (counted and checked by UnitReads as before), filtered after the counting.
+ * `learned` holds every bucket of the unit once a read ran to its end; with
+ * `expect`, a row of a bucket not in it fails the read (the unit's rows are
+ * not the ones its first read saw).
+ */
+function bucketView(unit: Unit, col: string, grain: TimeGrain, want: Bucket, expect: ReadonlySet<Bucket> | null): { unit: Unit; learned: () => Set<Bucket> | null } {
+  let learned: Set<Bucket> | null = null;
+  const seen = (b: Bucket, all: Set<Bucket>) => {
+    if (all.has(b)) return;
+    if (expect && !expect.has(b)) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_INVARIANT',
+        `sink "${unit.sink}": unit ${unit.id}: a row under ${timeSegment(grain, b)} that the unit's first read did not hold; nothing of it was advanced`,
+      );
+    }
+    all.add(b);
+  };
+  async function* batches(): AsyncIterable<RecordBatch> {
+    const all = new Set<Bucket>();
+    for await (const b of unit.batches()) {
+      const buckets = batchBuckets(b, col, grain);
+      for (const x of buckets) seen(x, all);
+      // Runs of this bucket's rows, as slices of the batch (the whole batch when it is all this bucket's).
+      let start = -1;
+      for (let i = 0; i <= buckets.length; i++) {
+        const mine = i < buckets.length && buckets[i] === want;
+        if (mine && start < 0) start = i;
+        if (!mine && start >= 0) {
+          yield start === 0 && i === buckets.length ? b : b.slice(start, i);
+          start = -1;
+        }
+      }
+    }
+    learned = all;
+  }
+  const view: Unit = {
+    ...unit,
+    rows: () =>
+      (async function* () {
+        const all = new Set<Bucket>();
+        for await (const r of unit.rows()) {
+          const x = rowBucket(r, col, grain);
+          seen(x, all);
+          if (x === want) yield r;
+        }
+        learned = all;
+      })(),
+    batches,
+    ndjson: () =>
+      (async function* (): AsyncIterable<NdjsonChunk> {
+        // One chunk per batch of the unit: the bucket's rows, never the whole unit in memory.
+        for await (const b of batches()) {
+          const w = new NdjsonWriter(unit.schema.columns, b.numRows);
+          w.append(b);
+          if (w.rows > 0) yield { bytes: w.bytes(), rows: w.rows };
+        }
+      })(),
+  };
+  return { unit: view, learned: () => learned };
+}
+
+/** The bucket of the unit's first row (in seq order), from its first batch alone; undefined for no row. */
+async function firstBucket(unit: Unit, col: string, grain: TimeGrain): Promise<Bucket | undefined> {
+  for await (const b of unit.batches()) {
+    if (b.numRows > 0) return batchBuckets(b.slice(0, 1), col, grain)[0];
+  }
+  return undefined;
+}
+
+/** Every bucket of the unit: one whole read, checked. */
+async function bucketsOf(unit: Unit, reads: UnitReads, col: string, grain: TimeGrain): Promise<Set<Bucket>> {
+  const all = new Set<Bucket>();
+  for await (const b of unit.batches()) for (const x of batchBuckets(b, col, grain)) all.add(x);
+  reads.check();
+  return all;
+}
+
+/**
+ * A unit under time keys: one blob per bucket of its rows, each holding that
+ * bucket's rows in seq order, each at a key naming the whole unit's range, each
+ * create-if-absent and ended only after its read was whole. The first row's
+ * bucket is written first; its read learns the other buckets, written after it
+ * in time order (null last). When that blob was already there (a retry), one
+ * read learns them instead. The unit advances only once every blob exists.
+ * @ref LLP 0048
+ */
+async function shipByTime(encoder: Encoder, destination: BlobDestination, unit: Unit, reads: UnitReads, grain: TimeGrain): Promise<ShipResult> {
+  const col = timeColumn(unit);
+  let bytes = 0;
+  let created = 0;
+  const since = unit.since;
+  const put = async (b: Bucket, expect: ReadonlySet<Bucket> | null) => {
+    const view = bucketView(unit, col, grain, b, expect);
+    const key = blobKey(unit.partition, since, unit.until, encoder.extension, timeSegment(grain, b));
+    const r = await destination.putIfAbsent(key, reads.guard(encoder.encode(view.unit)), { contentType: encoder.contentType, signal: unit.signal });
+    bytes += r.bytes;
+    if (r.created) created++;
+    return view.learned();
+  };
+  const first = await firstBucket(unit, col, grain);
+  let known: Set<Bucket> | null = null;
+  if (first !== undefined) {
+    const learned = await put(first, null);
+    if (learned) {
+      reads.check(); // what the read learned counts only if it was whole
+      known = learned;
+    }
+  }
+  known ??= await bucketsOf(unit, reads, col, grain);
+  if (first === undefined || !known.has(first)) {
+    // The first read found no row, or another first row than the whole read: the unit's rows moved under it.
+    throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${unit.sink}": unit ${unit.id}: its reads disagree on its rows; nothing of it was advanced`);
+  }
+  const rest = [...known].filter((b) => b !== first).sort(order);
+  for (const b of rest) {
+    // One blob of the unit is stored, others not yet.
+    fault('blob.afterDayBlob');
+    await put(b, known);
+  }
+  return { rows: reads.planned, bytes, duplicate: created === 0 };
 }

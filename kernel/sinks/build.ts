@@ -145,7 +145,7 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
       ]);
       const encoder = encoderFactory.create(writerConfig, build);
       const dest = destFactory.create(config, build);
-      shipper = blobShipper(encoder, dest, BLOB_LIMITS);
+      shipper = blobShipper(encoder, dest, BLOB_LIMITS, sc.keys);
       root = destinationRoot(dest);
       destination = dest.destination ?? (root === undefined ? null : `${sc.destination} ${root}`);
     } else {

@@ -135,7 +135,7 @@ async function verifyPartition(
   const inFlight = new Set([rec.intent, rec.next].filter((i): i is Intent => i !== null && i !== undefined).map((i) => i.unit));
 
   const chain: Placed[] = [];
-  const counted: { at: Placed; first: boolean }[] = [];
+  const counted: { at: Placed; first: boolean; open?: true }[] = [];
   for await (const u of inventory(p, { signal })) {
     out.units++;
     // A reader's bounds are decimal seqs; anything else cannot be placed in the chain.
@@ -152,7 +152,7 @@ async function verifyPartition(
     const at = { u, lo, hi };
     if (inFlight.has(u.id)) {
       out.intents++;
-      counted.push({ at, first: w < 0n });
+      counted.push({ at, first: w < 0n, open: true });
     } else if (hi > w) {
       find('beyond-watermark', u.id, `beyond the watermark ${rec.continuation?.seq ?? '(none: nothing exported yet)'}: it holds ${range(lo, hi)}, which this sink has not exported and no open intent names`);
     } else chain.push(at);
@@ -178,7 +178,7 @@ async function verifyPartition(
   }
   if (pos < w) await hole(pos, w, prev, null);
 
-  for (const { at, first } of counted) await countCheck(at, first);
+  for (const { at, first, open } of counted) await countCheck(at, first, open === true);
   return out;
 
   async function hole(lo: bigint, hi: bigint, before: Placed | null, after: Placed | null): Promise<void> {
@@ -199,7 +199,7 @@ async function verifyPartition(
     // Otherwise the range never held a row of this partition: nothing to hold.
   }
 
-  async function countCheck(at: Placed, first: boolean): Promise<void> {
+  async function countCheck(at: Placed, first: boolean, open: boolean): Promise<void> {
     const since = first ? null : cont(at.lo);
     const until = continuation(at.hi);
     const prunedThrough = async () => {
@@ -231,6 +231,8 @@ async function verifyPartition(
       out.notChecked.pruned++; // retention ran meanwhile
       return;
     }
+    // An open intent's unit of several blobs (time keys) may be stored in part: the export finishes it. @ref LLP 0048
+    if (open && held < cached) return;
     if (held !== cached) {
       find('row-count', at.u.id, `holds ${held} rows, the cache holds ${cached} for its range ${range(since ? at.lo : -1n, at.hi)}${at.u.where ? ` (${at.u.where})` : ''}`);
     } else out.rowsChecked++;

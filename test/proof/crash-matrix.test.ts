@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -39,6 +39,8 @@ interface Case {
   readonly sink: SinkName | null;
   /** 'throw': HYPSINK_FAULT_ACTION=throw, the operation fails at the point and the same process goes on. */
   readonly action?: 'throw';
+  /** The blob sinks' `keys.time`, with rows hours apart: a unit is several blobs. @ref LLP 0048 */
+  readonly keys?: 'day';
 }
 
 /** Points of the cache itself, crashed under ingest, retention or compaction. */
@@ -54,6 +56,8 @@ function casesFor(point: string): Case[] {
   if (point.startsWith('export.')) return [...SINKS.map((sink): Case => ({ point, sink })), { point, sink: PG_SINK, action: 'throw' }];
   if (point.startsWith('postgres.')) return [{ point, sink: PG_SINK }, { point, sink: PG_SINK, action: 'throw' }];
   if (point.startsWith('localfs.')) return [{ point, sink: 'files' }];
+  // Between two blobs of a multi-day unit (time keys): the restart writes only the missing ones.
+  if (point.startsWith('blob.')) return [{ point, sink: 'files', keys: 'day' }, { point, sink: 'lake', keys: 'day' }];
   if (point.startsWith('s3.')) return [{ point, sink: 'lake' }];
   if (point.startsWith('receiver.')) return [{ point, sink: 'central' }];
   // Forgetting a sink left out of the config (files), whose watermarks are on disk.
@@ -128,13 +132,15 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
     seqBlockSize: 16,
     partSize: 1024,
     centralUrl: receiver ? `http://127.0.0.1:${receiver.port}` : undefined,
+    ...(c.keys ? { timeKeys: c.keys } : {}),
   };
   const configPath = await writeScenarioConfig(dir, world, options);
   await worker.use(configPath);
   worker.resetCounts();
   // Sources are unique per case: the world's receiver is shared.
   const src = (name: string) => `c${index}${name}`;
-  const ledger = new Ledger(`c${index}`);
+  // Time keys: rows 8 hours apart, so each unit spans days (three rows a day).
+  const ledger = new Ledger(`c${index}`, 0, c.keys ? 8 * 3_600_000 : 1000);
   const oracle = new Oracle(world, ledger);
   const view = oracle.add(new CacheView('main', dir, ['web', 'app', 'new'].map(src), options));
   if (onReceiver) oracle.receiverDir = receiverDir;
@@ -183,6 +189,9 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
   }
   const st = await worker.send({ op: 'status' });
   await oracle.step('after the crash', view, 'ok' in st && st.ok ? (st as unknown as { status: never }).status : undefined, problems);
+  // Time keys: the blobs stored before the crash (some of a unit's, not all) are never written again.
+  const storedBefore = c.keys ? await blobFiles(c.sink === 'lake' ? join(world.s3.directory, 'simlake', ...prefix.split('/')) : join(dir, 'exports')) : undefined;
+  if (storedBefore?.size === 0) problems.add('', `${c.point}: no blob of the unit was stored before the crash`);
 
   // The forgetting is done again after the restart: nothing of files is left to hold rows back.
   if (forgetting) await worker.send({ op: 'forget', sink: 'files' });
@@ -196,6 +205,10 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
   const status = await settle(worker, sinks, problems);
   await view.watch.check('clean run', problems);
   await oracle.final([status], problems);
+  for (const [f, was] of storedBefore ?? []) {
+    const now = await stat(f).catch(() => null);
+    if (!now || now.ino !== was.ino || now.mtimeMs !== was.mtimeMs) problems.add('', `${f}: stored before the crash, then written again or removed`);
+  }
   const absent = (status as { absent?: { name: string }[] }).absent ?? [];
   if (forgetting && absent.length > 0) problems.add('', `sinks still hold rows after their forgetting: ${absent.map((a) => a.name).join(', ')}`);
   if (receiver) {
@@ -205,6 +218,18 @@ async function runCase(c: Case, worker: Worker, index: number): Promise<string[]
   if (problems.length === 0) await rm(dir, { recursive: true, force: true });
   else problems.add('', `state kept in ${dir}`);
   return problems.list.map((p) => `${caseName(c)}: ${p}`);
+}
+
+/** The blob files under a destination's dir (local-fs files, s3rver's objects), with what tells a rewrite. */
+async function blobFiles(root: string): Promise<Map<string, { ino: number; mtimeMs: number }>> {
+  const out = new Map<string, { ino: number; mtimeMs: number }>();
+  const names = await readdir(root, { recursive: true }).catch(() => [] as string[]);
+  for (const n of names) {
+    if (!/\.(parquet|_S3rver_object)$/.test(n) || n.startsWith('.hypsink-tmp')) continue;
+    const st = await stat(join(root, n));
+    if (st.isFile()) out.set(join(root, n), { ino: st.ino, mtimeMs: st.mtimeMs });
+  }
+  return out;
 }
 
 test('every fault point has a case', () => {

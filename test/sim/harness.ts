@@ -300,18 +300,22 @@ export interface ScenarioOptions {
   readonly extraColumn?: boolean;
   /** The pg sink's database URL (default the world's, through its TCP proxy). */
   readonly pgUrl?: string;
+  /** `keys.time` of the blob sinks (files, lake): one blob per day or hour of a unit. @ref LLP 0048 */
+  readonly timeKeys?: 'day' | 'hour';
 }
 
 /** A config with the `events` dataset and (up to) four sinks: files (local-fs), lake (S3), central (forward), pg (postgres). */
 export async function writeScenarioConfig(dir: string, world: World, o: ScenarioOptions): Promise<string> {
   const unit = (s: SinkName) => ({ maxRows: o.unitRowsBySink?.[s] ?? o.unitRows });
+  const keys = o.timeKeys ? { keys: { time: o.timeKeys } } : {};
   const all = {
-    files: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: o.filesDir ?? 'exports' }, unit: unit('files') },
+    files: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: o.filesDir ?? 'exports' }, unit: unit('files'), ...keys },
     lake: {
       writer: '@hypsink/format-parquet',
       destination: '@hypsink/s3',
       datasets: ['events'],
       unit: unit('lake'),
+      ...keys,
       config: {
         bucket: 'simlake',
         prefix: o.prefix,
@@ -411,6 +415,8 @@ export class Ledger {
   constructor(
     private readonly tag = 'b',
     readonly refuseEvery = 0,
+    /** The time between consecutive ids' timestamps (hours apart: a unit spans days, for time keys). */
+    readonly tsStepMs = 1000,
   ) {}
 
   /** A row's content follows from its id. */
@@ -418,7 +424,7 @@ export class Ledger {
     return this.refuseEvery > 0 && id % this.refuseEvery === 0 ? `m${id}${REFUSE_MARK}` : `m${id}`;
   }
   tsOf(id: number): string {
-    return new Date(Date.UTC(2026, 0, 1) + id * 1000).toISOString();
+    return new Date(Date.UTC(2026, 0, 1) + id * this.tsStepMs).toISOString();
   }
 
   /** Fresh rows: each id, and so each row's content, is new. */
