@@ -10,5 +10,6 @@ import { peakRss } from './peak-rss.js';
 import { postgresVsRaw } from './postgres-vs-raw.js';
 import { receiverAbuse } from './receiver-abuse.js';
 import { tickBigVsSmall } from './tick-big-vs-small.js';
+import { transformsExport } from './transforms-export.js';
 
-export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];
+export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];

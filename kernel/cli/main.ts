@@ -293,7 +293,7 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('accept-destination <sink>')
-    .description("the sink's data was moved to the destination its config names now: its watermarks go on there")
+    .description("the sink's data was moved to the destination its config names now, or its transforms or keys changed: its watermarks go on there, in the shape its config says")
     .option('--config <file>', 'config file')
     .action(async (name: string, _o: unknown, cmd: Command) => {
       await withKernel(cmd, async (k) => {

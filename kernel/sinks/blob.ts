@@ -29,11 +29,6 @@ export interface KeyLayout {
 }
 export type TimeGrain = 'day' | 'hour';
 
-/** The layout as the sink's recorded identity names it: '' for the plain layout. */
-export function layoutText(layout: KeyLayout): string {
-  return layout.time ? `time=${layout.time}` : '';
-}
-
 export function blobKey(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string, segment?: string): string {
   const ds = encodeSegment(p.dataset);
   return `${p.key}/${segment ? `${segment}/` : ''}${ds}.${since?.seq ?? '0'}-${until.seq}.${ext}`;
@@ -127,15 +122,12 @@ async function* blobInventory(encoder: Encoder, destination: BlobDestination, p:
 /** A shipper whose every ship is checked against the unit's reads: the kernel's own blob sinks. */
 export interface GuardedShipper extends UnitShipper {
   shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult>;
-  /** Its key layout, part of what the sink delivers: '' (plain keys), 'time=day', 'time=hour'. @ref LLP 0048 */
-  readonly layout: string;
 }
 
 export function blobShipper(encoder: Encoder, destination: BlobDestination, limits: UnitLimits, layout: KeyLayout = {}): GuardedShipper {
   const grain = layout.time;
   return {
     limits,
-    layout: layoutText(layout),
     unitId: (p, since, until) => (grain ? segmentedId(p, since, until, encoder.extension, grain) : blobKey(p, since, until, encoder.extension)),
     ship(unit: Unit): Promise<ShipResult> {
       return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `blob unit ${unit.id}: shipped without the kernel's read guard`));

@@ -134,6 +134,8 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
   let destination: string | null;
   let transforms: TransformChain;
   try {
+    // Before the shipper: a transform's config error leaves no connection or handle open.
+    transforms = await sinkTransforms(env, name, sc);
     const config = interpolate(sc.config, `${w}: config`) as Record<string, unknown>;
     if (isBlobSink(sc)) {
       const writerConfig = interpolate(sc.writerConfig, `${w}: writerConfig`) as Record<string, unknown>;
@@ -154,7 +156,6 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
       shipper = factory.create(config, build);
       destination = shipper.destination ?? null;
     }
-    transforms = await sinkTransforms(env, name, sc);
   } catch (e) {
     // A plugin's own config check names the sink and field; add the file.
     if (isHypsinkError(e) && e.code === 'HYPSINK_ERR_CONFIG' && !e.message.includes(w)) {
@@ -200,7 +201,19 @@ async function sinkTransforms(env: BuildEnv, name: string, sc: SinkConfig): Prom
       return env.host.registry.transforms.get(spec)!;
     },
   });
-  if (chain.length > 0) for (const ds of sc.datasets) chain.bind(env.loaded.config.datasets[ds]!.columns, ds);
+  if (chain.length === 0) return chain;
+  for (const ds of sc.datasets) {
+    const schema = env.loaded.config.datasets[ds]!;
+    const out = chain.bind(schema.columns, ds).columns;
+    const ts = schema.timestampColumn;
+    // Time keys read the timestamp column from the rows as shipped. @ref LLP 0048
+    if (isBlobSink(sc) && sc.keys.time && ts !== undefined && !out.some((c) => c.name === ts && c.type === 'TIMESTAMP')) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `sink "${name}": keys.time needs dataset "${ds}"'s timestamp column "${ts}" in the rows it ships, and its transforms remove or rename it; keep "${ts}" through the transforms, or leave keys.time out`,
+      );
+    }
+  }
   return chain;
 }
 

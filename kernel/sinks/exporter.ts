@@ -398,17 +398,17 @@ async function readAhead(u: UnitSource, i: Intent, rows: number, reads: 'ndjson'
   const refused: Refused[] = [];
   if (reads === 'batches') {
     const batches = await readBatches(u, since, i.until, seen, refused);
-    return { since, until: i.until, batches, rows: batches.reduce((n, b) => n + b.numRows, 0), seen, refused };
+    return { since, until: i.until, batches, seen, refused };
   }
   const chunks = await readNdjson(u, since, i.until, rows, seen, refused);
-  return { since, until: i.until, chunks, rows: chunks.reduce((n, c) => n + c.rows, 0), seen, refused };
+  return { since, until: i.until, chunks, seen, refused };
 }
 
 /** A unit recorded under other transforms than the sink has now: it may be delivered in that shape already. */
 function otherTransforms(sink: SinkRuntime, p: PartitionRef, i: Intent): HypsinkError {
   return new HypsinkError(
     'HYPSINK_ERR_CONFIG',
-    `sink "${sink.name}": ${rangeText(p, i.since, i.until)} (id ${i.unit}) was recorded with ${i.transforms ? 'other transforms' : 'no transforms'} than the sink has now, and may already be delivered that way; ` +
+    `sink "${sink.name}": ${rangeText(p, i.since, i.until)} (id ${i.unit}) was recorded ${i.transforms ? 'under other transforms than the sink has now' : 'without the transforms the sink has now'}, and may already be delivered that way; ` +
       'finishing it with these would give one unit two shapes. Restore the transforms it was recorded with (sink.json and the intent show them) until it is exported, then change them',
   );
 }

@@ -11,7 +11,7 @@
 import { join } from 'node:path';
 import type { Logger } from '../../types/plugins.js';
 import type { PartitionRef } from '../../types/storage.js';
-import { writeJsonAtomic } from '../io/durable.js';
+import { readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { mkdirs } from '../io/mkdirs.js';
 import type { SinkRuntime } from './exporter.js';
 import type { Refused } from './unit.js';
@@ -45,4 +45,10 @@ export async function keepRefused(log: Logger, sink: SinkRuntime, p: PartitionRe
     `the sink's transforms refused ${rows.length} row(s) of the unit; they are not shipped, and ${path} keeps their seqs and reasons (no values)`,
   );
   return path;
+}
+
+/** How many rows of a unit's range the sink's transforms refused (what `verify` expects missing from the destination). */
+export async function refusedCount(stateDir: string, p: PartitionRef, i: Pick<Intent, 'since' | 'until'>): Promise<number> {
+  const file = await readJsonFile<RejectedUnitFile>(rejectedPath(stateDir, p, i), (v) => (Array.isArray((v as RejectedUnitFile)?.rows) ? null : 'no rows list'), 'dead-letter file');
+  return file?.rows.length ?? 0;
 }

@@ -134,7 +134,6 @@ export interface Prefetch {
   readonly until: string;
   readonly chunks?: NdjsonChunk[];
   readonly batches?: RecordBatch[];
-  readonly rows: number;
   readonly seen: SeqRuns;
   readonly refused: Refused[];
 }

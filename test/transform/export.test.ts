@@ -38,7 +38,6 @@ const CHAIN = [
   { drop: ['debug'] },
   { rename: { msg: 'message' } },
   { redact: { columns: ['message'], patterns: ['email', 'bearer'], regex: ['sk-[A-Za-z0-9]{20,}'], mask: '[redacted]' } },
-  // biome-ignore lint/suspicious/noTemplateCurlyInString: the config's own ${ENV} reference, resolved by the transform engine
   { hash: { columns: ['user'], key: '${' + KEY_VAR + '}' } },
 ];
 
@@ -206,6 +205,9 @@ test('rows a transform refuses are not shipped, are counted as rejected, and the
     }
     assert.ok(!(await fsp.readFile(dead[0]!, 'utf8')).includes('"bad"'), 'no value in the dead letter');
     assert.ok(logs.some((l) => l.rejected === 2 && String(l.msg).includes('refused 2 row(s)')), 'a warning says how many and where');
+    // verify reads the files back: the unit holds the cache's rows less those its transforms refused.
+    const v = await k.verify('archive');
+    assert.equal(v.ok, true, JSON.stringify(v.sinks));
   } finally {
     await k.close();
   }
@@ -247,6 +249,66 @@ test('a changed chain is refused like a moved destination, until the operator ac
     const files = await readExports(join(ws.dir, 'exports'));
     const last = files.find((f) => f.rows.some((x) => x.id === 5))!;
     assert.deepEqual(last.columns, ['id', 'ts', 'msg']);
+  } finally {
+    await k.close();
+  }
+});
+
+test('time keys and transforms together: the keys come from the rows as shipped; a chain that drops the timestamp column is refused at build', { timeout: 60_000 }, async () => {
+  const sink = (transforms: unknown[]) => ({
+    daily: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: 'daily' }, keys: { time: 'day' }, transforms },
+  });
+  const ws = await workspace(sink([{ drop: ['debug'] }, { rename: { msg: 'message' } }]));
+  let { k } = await openKernel(ws.config);
+  try {
+    // Two days: ids 1-3 on 2023-11-14, ids 4-6 a day later.
+    const text = [1, 2, 3, 4, 5, 6].map((id) => JSON.stringify({ id, ts: Date.UTC(2023, 10, 14, 12) + (id > 3 ? 86_400_000 : 0) + id, msg: `m${id}`, user: null, debug: 'x' })).join('\n');
+    await ingestText(k, 'eps', `${text}\n`);
+    await k.flush();
+    assert.equal((await k.export('daily'))[0]!.rows, 6);
+    const files = await readExports(join(ws.dir, 'daily'));
+    assert.deepEqual(
+      files.map((f) => [f.rel.split('/')[2], f.columns.join(','), f.rows.map((r) => r.id).join(',')]),
+      [
+        ['dt=2023-11-14', 'id,ts,message,user', '1,2,3'],
+        ['dt=2023-11-15', 'id,ts,message,user', '4,5,6'],
+      ],
+    );
+    await k.close();
+    await ws.write(sink([{ drop: ['ts'] }]));
+    ({ k } = await openKernel(ws.config));
+    await assert.rejects(k.export('daily'), (e: Error & { code?: string }) => {
+      assert.equal(e.code, 'HYPSINK_ERR_CONFIG');
+      assert.match(e.message, /sink "daily": keys\.time needs dataset "events"'s timestamp column "ts" in the rows it ships, and its transforms remove or rename it/);
+      return true;
+    });
+  } finally {
+    await k.close();
+  }
+});
+
+test('a third-party request sink (loaded by path, reading unit.rows()) gets the rows as transformed: select, rename, redact, hash', { timeout: 60_000 }, async () => {
+  const ws = await workspace(
+    {
+      thirdparty: {
+        plugin: 'test-file-sink',
+        datasets: ['events'],
+        config: { out: 'received' },
+        transforms: [{ select: ['id', 'msg', 'user'] }, { rename: { msg: 'message' } }, CHAIN[2], CHAIN[3]],
+      },
+    },
+    { plugins: [join(FIXTURE_PLUGINS, 'file-sink')] },
+  );
+  const { k } = await openKernel(ws.config);
+  try {
+    await ingestText(k, 'eta', lines(1, 12));
+    await k.flush();
+    assert.equal((await k.export('thirdparty'))[0]!.rows, 12);
+    const got = (await fsp.readFile(join(ws.dir, 'received', 'received.ndjson'), 'utf8'))
+      .split('\n')
+      .filter(Boolean)
+      .flatMap((l) => (JSON.parse(l) as { rows: Json[] }).rows);
+    assert.deepEqual(got, expected(1, 12), 'exactly the selected columns, renamed, redacted and hashed, in seq order');
   } finally {
     await k.close();
   }
