@@ -10,7 +10,8 @@ import { randomBytes } from 'node:crypto';
 import { rm, stat } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 
 export interface TestPg {
@@ -82,6 +83,7 @@ export async function startPg(o: PgServerOptions = {}): Promise<TestPg> {
   const dir = join(tmpdir(), `hypsink-pg-${process.pid}-${randomBytes(4).toString('hex')}`);
   const logs: string[] = [];
   const asPostgres = process.getuid?.() === 0;
+  if (asPostgres) await reachableByOthers(fileURLToPath(new URL('../../node_modules/', import.meta.url)));
   const server = new EmbeddedPostgres({
     databaseDir: dir,
     user: 'postgres',
@@ -112,6 +114,23 @@ export async function startPg(o: PgServerOptions = {}): Promise<TestPg> {
     await server.stop().catch(() => undefined);
     await rm(dir, { recursive: true, force: true });
   });
+}
+
+/**
+ * As root the server's binaries run as the postgres user, who must enter every
+ * folder above them; where one is private (a clone in a `mktemp -d` folder),
+ * the spawn fails with a bare EACCES, so say what to do instead.
+ */
+async function reachableByOthers(path: string): Promise<void> {
+  for (let d = path; ; d = dirname(d)) {
+    if (((await stat(d)).mode & 0o001) === 0) {
+      throw new Error(
+        `the test PostgreSQL runs as the postgres user (these tests run as root), who cannot enter ${d} on the way to its binaries in ${path}; ` +
+          `clone the repository under a folder others may enter (e.g. chmod o+x ${d}), or point the tests at a server with HYPSINK_TEST_PG_URL`,
+      );
+    }
+    if (dirname(d) === d) return;
+  }
 }
 
 function serve(adminUrl: string, stopServer: () => Promise<void>): TestPg {

@@ -11,10 +11,12 @@ import { createHmac } from 'node:crypto';
 import { promises as fsp, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { after, before, test } from 'node:test';
 import { readStored, type Receiver, startReceiver } from '../../fixtures/receiver/server.js';
 import { FIXTURE_PLUGINS, ingestText, type Json, openKernel, readExports, walkFiles, writeConfig } from '../support/kernel.js';
 import { testPg } from '../support/pg.js';
+import { startS3Server, useS3rverCredentials } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
 
 const KEY_VAR = 'HYPSINK_TEST_TRANSFORM_KEY';
@@ -82,6 +84,7 @@ before(async () => {
 after(async () => {
   await receiver.close();
   rmSync(recvDir, { recursive: true, force: true });
+  await (await testPg()).stop();
 });
 
 test('the issue\'s chain on local-fs Parquet, the forward sink and Postgres: the dropped column is gone, secrets masked, user hashed, every row once', { timeout: 120_000 }, async () => {
@@ -311,5 +314,56 @@ test('a third-party request sink (loaded by path, reading unit.rows()) gets the 
     assert.deepEqual(got, expected(1, 12), 'exactly the selected columns, renamed, redacted and hashed, in seq order');
   } finally {
     await k.close();
+  }
+});
+
+test('all five built-ins in one chain (select, drop, rename, redact, hash) on S3 (s3rver, JSON Lines), the forward sink and Postgres', { timeout: 120_000 }, async () => {
+  useS3rverCredentials();
+  const s3 = await startS3Server({ buckets: ['lake'] });
+  const pg = await testPg();
+  const url = await pg.database('xform5');
+  const five = [{ select: ['id', 'msg', 'user', 'debug'] }, { drop: ['debug'] }, { rename: { msg: 'message' } }, CHAIN[2], CHAIN[3]];
+  try {
+    const ws = await workspace({
+      lake: {
+        writer: '@hypsink/format-jsonl',
+        destination: '@hypsink/s3',
+        datasets: ['events'],
+        config: { bucket: 'lake', prefix: 'hyp', region: 'us-east-1', endpoint: s3.endpoint, forcePathStyle: true },
+        transforms: five,
+      },
+      central5: { plugin: '@hypsink/forward', datasets: ['events'], config: { url: receiver.url, token: TOKEN, idNamespace: 'five' }, transforms: five },
+      warehouse: { plugin: '@hypsink/postgres', datasets: ['events'], config: { url }, transforms: five },
+    });
+    const { k } = await openKernel(ws.config);
+    try {
+      await ingestText(k, 'theta', lines(1, 15));
+      await k.flush();
+      for (const r of await k.export()) assert.equal(r.rows, 15, `${r.sink} exported every row`);
+      const want = expected(1, 15);
+
+      // Read back with the AWS SDK: every object under the prefix, as JSON Lines.
+      const client = new S3Client({ endpoint: s3.endpoint, forcePathStyle: true, region: 'us-east-1' });
+      const listed = await client.send(new ListObjectsV2Command({ Bucket: 'lake', Prefix: 'hyp/' }));
+      const lakeRows: Json[] = [];
+      for (const o of listed.Contents ?? []) {
+        const body = await (await client.send(new GetObjectCommand({ Bucket: 'lake', Key: o.Key! }))).Body!.transformToString();
+        lakeRows.push(...body.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Json));
+      }
+      client.destroy();
+      assert.deepEqual(lakeRows, want, 'S3: exactly the chain\'s columns, in their order');
+
+      const stored = (await readStored(recvDir)).rows.events!.theta!;
+      assert.deepEqual(stored.map((r) => ({ id: Number(r.id), message: r.message, user: r.user })), want);
+      assert.deepEqual(Object.keys(stored[0]!).filter((c) => c !== 'source'), ['id', 'message', 'user']);
+
+      const cols = (await pg.query("SELECT column_name FROM information_schema.columns WHERE table_name = 'events' ORDER BY ordinal_position", [], url)).rows.map((r) => r.column_name);
+      assert.deepEqual(cols, ['source', 'id', 'message', 'user']);
+      assert.deepEqual((await pg.query('SELECT id::int AS id, message, "user" FROM events ORDER BY id', [], url)).rows, want);
+    } finally {
+      await k.close();
+    }
+  } finally {
+    await s3.stop();
   }
 });

@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { readStored, startReceiver } from '../../fixtures/receiver/server.js';
 import { loadConfig } from '../../kernel/config/load.js';
 import { createLogger } from '../../kernel/log.js';
@@ -21,6 +21,8 @@ import { testPg } from '../support/pg.js';
 import { tempDir } from '../support/tmp.js';
 
 const TOKEN = 'leak-test-token-Pw4Nq8';
+
+after(async () => (await testPg()).stop());
 
 /** Every secret planted, as the text that must never leave. */
 const SECRETS = {
