@@ -35,7 +35,7 @@ test('ingest → export: objects under hyp/events/source=<src>/ decode to exactl
 
   // The sink entry of issue 4 is accepted as written.
   const loaded = await loadConfig(path);
-  assert.deepEqual(loaded.config.sinks.lake, { ...lakeSink(proxy.endpoint), minRows: 1, unit: {}, writerConfig: {} });
+  assert.deepEqual(loaded.config.sinks.lake, { ...lakeSink(proxy.endpoint), minRows: 1, unit: {}, writerConfig: {}, keys: {}, transforms: [] });
 
   const k = await openKernel(path);
   t.after(() => k.close());
