@@ -176,9 +176,21 @@ export interface PutResult {
  * overwrites, and a partial upload is never visible under the key.
  */
 export interface BlobDestination {
-  putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal }): Promise<PutResult>;
+  /**
+   * `exclusive`: a key already there is answered `created: false` whatever it
+   * holds, never compared with the body (a table commit that lost the race for
+   * a name to another writer reads what is there itself). Without it a
+   * destination that can compare may refuse a key holding other bytes.
+   */
+  putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal; exclusive?: boolean }): Promise<PutResult>;
   /** Human-readable location of a key, for logs and status (no secrets). */
   describe(key: string): string;
+  /**
+   * The URI an engine opens the key at (`file:///…`, `s3://bucket/…`): what a
+   * table format writes into its metadata. Without it a destination cannot
+   * hold a table. @ref LLP 0051
+   */
+  locate?(key: string): string;
   /**
    * Where the blobs go, stably and without secrets (a folder, a bucket and
    * prefix at an endpoint): see `UnitShipper.destination`. Without it the
@@ -203,6 +215,20 @@ export interface BlobDestination {
   list?(prefix: string, opts: { signal: AbortSignal }): AsyncIterable<ListedBlob>;
   /** Bytes `[offset, offset + length)` of a committed blob (fewer only past its end). @ref LLP 0037 */
   read?(key: string, range: { offset: number; length: number }, opts: { signal: AbortSignal }): Promise<Uint8Array>;
+  /**
+   * A small committed blob whole (a table's metadata file), or null when no
+   * blob is at the key. A table format needs it, with `replace` and `remove`.
+   * @ref LLP 0051
+   */
+  get?(key: string, opts: { signal: AbortSignal }): Promise<Uint8Array | null>;
+  /**
+   * Write a small blob whole, replacing what is at the key: only for a pointer
+   * a reader may find stale and must not trust alone (Iceberg's version hint),
+   * never for a unit. A reader sees the old bytes or the new, never a mix.
+   */
+  replace?(key: string, bytes: Uint8Array, opts: { contentType: string; signal: AbortSignal }): Promise<void>;
+  /** Remove a committed blob (table maintenance); a key not there is no error. */
+  remove?(key: string, opts: { signal: AbortSignal }): Promise<void>;
 }
 
 /** Turns a unit's rows into bytes. Streams: a large unit never sits in memory whole. */
@@ -217,6 +243,42 @@ export interface Encoder {
    * @ref LLP 0037
    */
   countRows?(blob: StoredBlob): Promise<number>;
+  /**
+   * A table format (Iceberg): the encoder keeps a table over the destination
+   * and ships each unit itself, its data files and then a commit of the
+   * table's metadata. The blob sink hands it the unit, the destination and the
+   * unit's read guard. @ref LLP 0051
+   */
+  readonly table?: TableFormat;
+}
+
+/**
+ * The read guard of a unit: a body made from the unit's reads ends only once
+ * those reads were whole (`guard`), and `check` throws unless the last read
+ * was whole (for a read that writes nothing, e.g. statistics).
+ */
+export interface UnitGuard {
+  guard(body: BlobBody): BlobBody;
+  check(): void;
+}
+
+/** What a table format does for the blob sink it is the writer of. @ref LLP 0051 */
+export interface TableFormat {
+  /** The unit's identity in the table (a pure function, as `UnitShipper.unitId`). */
+  unitId(partition: PartitionRef, since: Continuation | null, until: Continuation): string;
+  /**
+   * Ship the unit: its data files create-if-absent, then one commit of the
+   * table that adds them, made at most once (a retry finds its own commit and
+   * answers `duplicate`).
+   */
+  ship(unit: Unit, destination: BlobDestination, reads: UnitGuard): Promise<ShipResult>;
+  /** What the table holds of `partition` from this writer (`hypsink verify`). */
+  inventory?(partition: PartitionRef, destination: BlobDestination, opts: { signal: AbortSignal }): AsyncIterable<HeldUnit>;
+  /**
+   * Table maintenance (`hypsink maintain`) of the tables of `datasets`: resolves
+   * with a short line of what was done. The kernel holds the sink's export lock.
+   */
+  maintain?(destination: BlobDestination, opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string>;
 }
 
 /** What a plugin's factory gets when a sink is built from config. */

@@ -16,7 +16,7 @@
 import type { RecordBatch } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { Row } from '../../types/schema.js';
-import type { BlobDestination, ConnectionCheckOptions, Encoder, HeldUnit, NdjsonChunk, ShipResult, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
+import type { BlobDestination, ConnectionCheckOptions, Encoder, HeldUnit, NdjsonChunk, ShipResult, TableFormat, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import { fault } from '../fault.js';
 import { encodeSegment } from '../store/segments.js';
@@ -122,9 +122,12 @@ async function* blobInventory(encoder: Encoder, destination: BlobDestination, p:
 /** A shipper whose every ship is checked against the unit's reads: the kernel's own blob sinks. */
 export interface GuardedShipper extends UnitShipper {
   shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult>;
+  /** A table writer's maintenance (`hypsink maintain`). @ref LLP 0052 */
+  maintain?(opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string>;
 }
 
 export function blobShipper(encoder: Encoder, destination: BlobDestination, limits: UnitLimits, layout: KeyLayout = {}): GuardedShipper {
+  if (encoder.table) return tableShipper(encoder.table, destination, limits);
   const grain = layout.time;
   return {
     limits,
@@ -144,6 +147,26 @@ export function blobShipper(encoder: Encoder, destination: BlobDestination, limi
     // The blob sink's connection check is its destination's (an encoder reaches nothing). @ref LLP 0036
     ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
     ...(destination.list ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => blobInventory(encoder, destination, p, opts.signal) } : {}),
+  };
+}
+
+/**
+ * A blob sink whose writer is a table format (Iceberg): the format names the
+ * unit and ships it over the destination, under the kernel's read guard; the
+ * kernel's intent and watermark work as for any blob. @ref LLP 0051
+ */
+function tableShipper(table: TableFormat, destination: BlobDestination, limits: UnitLimits): GuardedShipper {
+  return {
+    limits,
+    unitId: (p, since, until) => table.unitId(p, since, until),
+    ship(unit: Unit): Promise<ShipResult> {
+      return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `table unit ${unit.id}: shipped without the kernel's read guard`));
+    },
+    shipGuarded: (unit, reads) => table.ship(unit, destination, reads),
+    close: () => destination.close(),
+    ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
+    ...(table.inventory ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => table.inventory!(p, destination, opts) } : {}),
+    ...(table.maintain ? { maintain: (opts: { signal: AbortSignal; now: number; datasets: readonly string[] }) => table.maintain!(destination, opts) } : {}),
   };
 }
 

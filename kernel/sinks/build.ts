@@ -146,6 +146,10 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
         [encoderFactory.options, writerConfig, 'writerConfig'],
       ]);
       const encoder = encoderFactory.create(writerConfig, build);
+      if (encoder.table && sc.keys.time !== undefined) {
+        // A table partitions its own files (Iceberg's partition spec); key segments would be a second, unknown layout.
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${w}: keys.time does not apply to the table writer ${sc.writer}: it partitions the table by day itself (see its writerConfig); remove keys.time`);
+      }
       const dest = destFactory.create(config, build);
       shipper = blobShipper(encoder, dest, BLOB_LIMITS, sc.keys);
       root = destinationRoot(dest);

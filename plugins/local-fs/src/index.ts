@@ -16,6 +16,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import {
   accessError,
@@ -62,6 +63,10 @@ class LocalFsDestination implements BlobDestination {
     return join(this.root, key);
   }
 
+  locate(key: string): string {
+    return pathToFileURL(this.target(key)).href;
+  }
+
   get destination(): string {
     return `local-fs ${this.root}`;
   }
@@ -92,7 +97,7 @@ class LocalFsDestination implements BlobDestination {
     return this.ready;
   }
 
-  async putIfAbsent(key: string, body: BlobBody, opts: { signal: AbortSignal }): Promise<PutResult> {
+  async putIfAbsent(key: string, body: BlobBody, opts: { signal: AbortSignal; exclusive?: boolean }): Promise<PutResult> {
     const final = this.target(key);
     try {
       await this.prepare();
@@ -103,7 +108,7 @@ class LocalFsDestination implements BlobDestination {
       const record = recordPath(commitsDir, relDir);
       // Every folder down to the key's is checked (and made) before the key itself is looked at.
       await ensureFolders(this.sink, this.root, relDir);
-      if (await lstatOrNull(final)) return await this.existing(key, final, record, { body, signal: opts.signal });
+      if (await lstatOrNull(final)) return await this.existing(key, final, record, { body, signal: opts.signal }, opts.exclusive === true);
       const temp = join(tmpDir, tempName());
       try {
         const written = await writeNew(temp, body, opts.signal, () => this.aborted(final));
@@ -114,7 +119,7 @@ class LocalFsDestination implements BlobDestination {
           await fsp.link(temp, final);
         } catch (e) {
           // Something appeared at the key since it was checked: ours only if it holds these very bytes.
-          if ((e as NodeJS.ErrnoException).code === 'EEXIST') return await this.existing(key, final, record, { written });
+          if ((e as NodeJS.ErrnoException).code === 'EEXIST') return await this.existing(key, final, record, { written }, opts.exclusive === true);
           throw e;
         }
         await fsyncDir(dirname(final));
@@ -133,8 +138,15 @@ class LocalFsDestination implements BlobDestination {
    * a regular file with the unit's contents: the size and digest this key's
    * commit record holds, or else (a file from before commit records, or not
    * ours) those of the body. Anything else is refused, naming the path.
+   * `exclusive`: any regular file there answers "not created", unread.
    */
-  private async existing(key: string, final: string, record: string, unit: { body: BlobBody; signal: AbortSignal } | { written: Digest }): Promise<PutResult> {
+  private async existing(
+    key: string,
+    final: string,
+    record: string,
+    unit: { body: BlobBody; signal: AbortSignal } | { written: Digest },
+    exclusive: boolean,
+  ): Promise<PutResult> {
     const st = await fsp.lstat(final);
     if (!st.isFile()) {
       const what = st.isSymbolicLink() ? `a symbolic link${await linkTarget(final)}` : kindOf(st);
@@ -143,6 +155,7 @@ class LocalFsDestination implements BlobDestination {
         `${final} is ${what}, where this unit's blob goes; local-fs never follows links it did not make and writes only regular files: remove it, then export again (the unit is written there then)`,
       );
     }
+    if (exclusive) return { created: false, bytes: st.size };
     const found = await digestFile(final);
     if (found === null) throw treeError(this.sink, `${final} changed while it was read (it is no longer a regular file): remove what is there, then export again`);
     const rec = await readRecord(record);
@@ -206,6 +219,56 @@ class LocalFsDestination implements BlobDestination {
       return await readRange(path, range.offset, range.length);
     } catch (e) {
       throw this.readError(e, path);
+    }
+  }
+
+  /** A small blob whole, or null when nothing is at the key. @ref LLP 0051 */
+  async get(key: string): Promise<Uint8Array | null> {
+    const path = this.target(key);
+    try {
+      return await readRange(path, 0, Number.MAX_SAFE_INTEGER);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw this.readError(e, path);
+    }
+  }
+
+  /** A pointer replaced whole: written aside, fsynced, renamed over the key (a reader sees old or new). */
+  async replace(key: string, bytes: Uint8Array, opts: { signal: AbortSignal }): Promise<void> {
+    const final = this.target(key);
+    try {
+      await this.prepare();
+      const tmpDir = await ensureFolders(this.sink, this.root, TMP);
+      await ensureFolders(this.sink, this.root, relative(this.root, dirname(final)).split(sep).join('/'));
+      const st = await lstatOrNull(final);
+      if (st && !st.isFile()) throw treeError(this.sink, `${final} is ${kindOf(st)}, not a file local-fs wrote: remove it, then export again`);
+      const temp = join(tmpDir, tempName());
+      try {
+        await writeNew(temp, (async function* () {
+          yield bytes;
+        })(), opts.signal, () => this.aborted(final));
+        await fsp.rename(temp, final);
+        await fsyncDir(dirname(final));
+      } finally {
+        await fsp.unlink(temp).catch(() => undefined);
+      }
+    } catch (e) {
+      throw isHypsinkError(e) ? e : this.fsError(e, final);
+    }
+  }
+
+  /** A committed blob removed (table maintenance); only a regular file, never a link or folder. */
+  async remove(key: string): Promise<void> {
+    const final = this.target(key);
+    try {
+      const st = await lstatOrNull(final);
+      if (st === null) return;
+      if (!st.isFile()) throw treeError(this.sink, `${final} is ${kindOf(st)}, not a blob local-fs wrote; it is left as it is`);
+      await fsp.unlink(final);
+      await fsyncDir(dirname(final));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw isHypsinkError(e) ? e : this.fsError(e, final);
     }
   }
 

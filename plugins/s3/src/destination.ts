@@ -8,6 +8,7 @@ import {
   type CompletedPart,
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
+  DeleteObjectCommand,
   GetObjectCommand,
   HeadObjectCommand,
   ListMultipartUploadsCommand,
@@ -88,13 +89,18 @@ export class S3Destination implements BlobDestination {
     return `s3://${this.cfg.bucket}/${this.objectKey(key)}`;
   }
 
+  locate(key: string): string {
+    return this.describe(key);
+  }
+
   /** The bucket and prefix, and the store they are in (the endpoint, or AWS's region). */
   get destination(): string {
     const where = this.cfg.endpoint ?? `aws ${this.cfg.region}`;
     return `s3://${this.cfg.bucket}/${this.cfg.prefix ? `${this.cfg.prefix}/` : ''} at ${where}`;
   }
 
-  async putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal }): Promise<PutResult> {
+  /** `exclusive` changes nothing here: an object at the key is never compared with the body. */
+  async putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal; exclusive?: boolean }): Promise<PutResult> {
     if (this.closed) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": s3 destination used after close()`);
     const objectKey = this.objectKey(key);
     const scope: RetryScope = {
@@ -433,6 +439,37 @@ export class S3Destination implements BlobDestination {
       return { body: (await out.Body?.transformToByteArray()) ?? new Uint8Array(0), ranged: out.ContentRange !== undefined };
     });
     return r.ranged ? r.body : r.body.subarray(range.offset, range.offset + range.length);
+  }
+
+  /** A small object whole, or null when there is none at the key. @ref LLP 0051 */
+  async get(key: string, opts: { signal: AbortSignal }): Promise<Uint8Array | null> {
+    const objectKey = this.objectKey(key);
+    const scope = this.readScope(`s3://${this.cfg.bucket}/${objectKey}`, opts.signal);
+    return withRetry('GetObject', scope, async () => {
+      try {
+        const out = await this.client.send(new GetObjectCommand({ Bucket: this.cfg.bucket, Key: objectKey }), { abortSignal: opts.signal });
+        return (await out.Body?.transformToByteArray()) ?? new Uint8Array(0);
+      } catch (e) {
+        if (isNotFound(e)) return null;
+        throw e;
+      }
+    });
+  }
+
+  /** A pointer replaced whole by one PutObject (S3 makes it visible atomically). */
+  async replace(key: string, bytes: Uint8Array, opts: { contentType: string; signal: AbortSignal }): Promise<void> {
+    const objectKey = this.objectKey(key);
+    const scope = this.readScope(`s3://${this.cfg.bucket}/${objectKey}`, opts.signal);
+    await withRetry('PutObject', scope, () =>
+      this.client.send(new PutObjectCommand({ Bucket: this.cfg.bucket, Key: objectKey, Body: bytes, ContentType: opts.contentType }), { abortSignal: opts.signal }),
+    );
+  }
+
+  /** An object removed (table maintenance); S3 answers a missing key as removed too. */
+  async remove(key: string, opts: { signal: AbortSignal }): Promise<void> {
+    const objectKey = this.objectKey(key);
+    const scope = this.readScope(`s3://${this.cfg.bucket}/${objectKey}`, opts.signal);
+    await withRetry('DeleteObject', scope, () => this.client.send(new DeleteObjectCommand({ Bucket: this.cfg.bucket, Key: objectKey }), { abortSignal: opts.signal }));
   }
 
   private readScope(where: string, signal: AbortSignal): RetryScope {

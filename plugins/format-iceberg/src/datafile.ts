@@ -1,0 +1,417 @@
+/**
+ * A unit's data files: Parquet through parquet-wasm, each column carrying its
+ * table field id (`PARQUET:field_id`), `source` written as a constant column,
+ * timestamps as timestamptz in microseconds, and the schema the file was
+ * written with in its `iceberg.schema` key, as Iceberg's own writers do. One
+ * file per partition (the unit's source, and each day of its rows when the
+ * table is partitioned by day), each at a key that names the writer and the
+ * unit, put create-if-absent under the unit's read guard. Column statistics
+ * (value, null and NaN counts, lower and upper bounds) are counted from the
+ * same reads, for the manifest.
+ * @ref LLP 0051
+ */
+import {
+  type Data,
+  Field,
+  makeData,
+  RecordBatch,
+  Schema,
+  Struct,
+  Table,
+  tableToIPC,
+  TimestampMicrosecond,
+  Utf8,
+} from 'apache-arrow';
+import * as pw from 'parquet-wasm/node';
+import type { BlobBody, BlobDestination, ColumnSpec, Unit, UnitGuard } from 'hypsink/plugin';
+import { HypsinkError } from 'hypsink/plugin';
+import type { DataFile } from './avro.js';
+import { type IcebergSchema, type IcebergType, SOURCE_FIELD, SOURCE_FIELD_ID } from './schema.js';
+
+const DAY_MS = 86_400_000;
+/** String bounds longer than this are cut (the lower bound) or left out (the upper): a prefix is still a lower bound. */
+const MAX_BOUND_BYTES = 64;
+
+/** A day as days since 1970-01-01 (Iceberg's `day` transform), or null for a row without a timestamp. */
+export type Day = number | null;
+
+export interface FilePlan {
+  /** The key of the table's folder (the destination's key space). */
+  readonly tableKey: string;
+  readonly schema: IcebergSchema;
+  readonly columns: readonly ColumnSpec[];
+  /** The field id of each of `columns`. */
+  readonly ids: readonly number[];
+  /** The column the table is partitioned by day on; undefined when it is not. */
+  readonly dayColumn: string | undefined;
+  /** The partition field names, in the spec's order: `source`, then `<dayColumn>_day`. */
+  readonly partitionNames: readonly string[];
+  /** The writer's tag and the unit's range, in every file name. */
+  readonly fileStem: string;
+  readonly compression: pw.Compression;
+  readonly rowGroupRows: number;
+}
+
+export interface WrittenFile {
+  readonly key: string;
+  readonly created: boolean;
+  readonly file: DataFile;
+}
+
+class ColumnStats {
+  values = 0;
+  nulls = 0;
+  nans = 0;
+  min: bigint | number | boolean | Uint8Array | undefined;
+  max: bigint | number | boolean | Uint8Array | undefined;
+}
+
+class FileStats {
+  rows = 0;
+  readonly columns: ColumnStats[];
+  constructor(n: number) {
+    this.columns = Array.from({ length: n }, () => new ColumnStats());
+  }
+}
+
+const isValid = (d: Data, i: number): boolean => d.nullCount === 0 || d.nullBitmap === undefined || ((d.nullBitmap[(d.offset + i) >> 3]! >> ((d.offset + i) & 7)) & 1) === 1;
+
+function compareBytes(a: Uint8Array, b: Uint8Array): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return a[i]! - b[i]!;
+  return a.length - b.length;
+}
+
+/** Count rows `rows` of column data `d` into `s`. */
+function countColumn(s: ColumnStats, type: IcebergType, d: Data, rows: readonly number[]): void {
+  for (const i of rows) {
+    s.values++;
+    if (!isValid(d, i)) {
+      s.nulls++;
+      continue;
+    }
+    let v: bigint | number | boolean | Uint8Array;
+    if (type === 'string') {
+      const o = d.valueOffsets as Int32Array;
+      const bytes = (d.values as Uint8Array).subarray(o[i]!, o[i + 1]!);
+      if (s.min === undefined || compareBytes(bytes, s.min as Uint8Array) < 0) s.min = bytes.slice();
+      if (s.max === undefined || compareBytes(bytes, s.max as Uint8Array) > 0) s.max = bytes.slice();
+      continue;
+    }
+    if (type === 'boolean') {
+      const bit = d.offset + i;
+      v = (((d.values as Uint8Array)[bit >> 3]! >> (bit & 7)) & 1) === 1;
+    } else {
+      v = (d.values as BigInt64Array | Float64Array)[i]!;
+      if (type === 'double' && Number.isNaN(v)) {
+        s.nans++;
+        continue;
+      }
+    }
+    if (s.min === undefined || v < (s.min as typeof v)) s.min = v;
+    if (s.max === undefined || v > (s.max as typeof v)) s.max = v;
+  }
+}
+
+/** Iceberg's single-value serialization of a bound. */
+function boundBytes(type: IcebergType, v: bigint | number | boolean | Uint8Array, upper: boolean): Uint8Array | undefined {
+  switch (type) {
+    case 'long':
+    case 'timestamptz': {
+      const b = new Uint8Array(8);
+      // The cache keeps milliseconds; the table microseconds.
+      new DataView(b.buffer).setBigInt64(0, type === 'timestamptz' ? BigInt(v as bigint) * 1000n : BigInt(v as bigint), true);
+      return b;
+    }
+    case 'double': {
+      const b = new Uint8Array(8);
+      new DataView(b.buffer).setFloat64(0, v as number, true);
+      return b;
+    }
+    case 'boolean':
+      return Uint8Array.of(v ? 1 : 0);
+    case 'string': {
+      const bytes = v as Uint8Array;
+      if (bytes.length <= MAX_BOUND_BYTES) return bytes;
+      if (upper) return undefined;
+      // Cut at a character boundary (never inside a UTF-8 sequence).
+      let n = MAX_BOUND_BYTES;
+      while (n > 0 && (bytes[n]! & 0xc0) === 0x80) n--;
+      return bytes.slice(0, n);
+    }
+  }
+}
+
+/** The day of each row (`day(timestampColumn)`), from the column's milliseconds. */
+function daysOf(d: Data, length: number): Day[] {
+  const out: Day[] = new Array(length);
+  const values = d.values as BigInt64Array;
+  for (let i = 0; i < length; i++) out[i] = isValid(d, i) ? Math.floor(Number(values[i]!) / DAY_MS) : null;
+  return out;
+}
+
+/** A validity bitmap starting at row 0 (the input's may start at a bit offset). */
+function bitmapOf(d: Data): Uint8Array | undefined {
+  if (d.nullCount === 0 || d.nullBitmap === undefined) return undefined;
+  if (d.offset % 8 === 0) return d.nullBitmap.subarray(d.offset >> 3, (d.offset >> 3) + Math.ceil(d.length / 8));
+  const out = new Uint8Array(Math.ceil(d.length / 8));
+  for (let i = 0; i < d.length; i++) if (isValid(d, i)) out[i >> 3]! |= 1 << (i & 7);
+  return out;
+}
+
+const encoder = new TextEncoder();
+
+/** The Iceberg form of a batch of the unit's rows: `source` first, field ids on every column, µs timestamps. */
+class BatchShape {
+  private readonly sourceField: Field;
+  private readonly sourceBytes: Uint8Array;
+  /** Each column's field id, as Parquet's writer takes it from Arrow field metadata. */
+  private readonly meta: Map<string, string>[];
+
+  constructor(
+    private readonly plan: FilePlan,
+    source: string,
+  ) {
+    const meta = (id: number) => new Map([['PARQUET:field_id', String(id)]]);
+    this.sourceField = new Field(SOURCE_FIELD, new Utf8(), true, meta(SOURCE_FIELD_ID));
+    this.meta = plan.ids.map(meta);
+    this.sourceBytes = encoder.encode(source);
+  }
+
+  convert(b: RecordBatch): RecordBatch {
+    const n = b.numRows;
+    const src = this.sourceBytes;
+    const values = new Uint8Array(src.length * n);
+    const offsets = new Int32Array(n + 1);
+    for (let i = 0; i < n; i++) {
+      values.set(src, i * src.length);
+      offsets[i + 1] = (i + 1) * src.length;
+    }
+    const children: Data[] = [makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets: offsets, data: values })];
+    const fields: Field[] = [this.sourceField];
+    this.plan.columns.forEach((c, j) => {
+      const d = b.data.children[j]!;
+      let out: Data = d;
+      if (c.type === 'TIMESTAMP') {
+        const ms = d.values as BigInt64Array;
+        const us = new BigInt64Array(n);
+        for (let i = 0; i < n; i++) us[i] = ms[i]! * 1000n;
+        const bitmap = bitmapOf(d);
+        out = makeData({ type: new TimestampMicrosecond('UTC'), length: n, nullCount: d.nullCount, data: us, ...(bitmap ? { nullBitmap: bitmap } : {}) });
+      }
+      children.push(out);
+      fields.push(new Field(c.name, out.type, true, this.meta[j]));
+    });
+    const schema = new Schema(fields);
+    return new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: n, nullCount: 0, children }));
+  }
+}
+
+/** Statistics of every file of the unit, by day; complete once a pass ran to the end. */
+type StatsByDay = Map<Day, FileStats>;
+
+/**
+ * One whole read of the unit: counts every row into `stats` (when given) and
+ * yields, in Iceberg form, the rows of day `want` (all rows when the table is
+ * not partitioned by day).
+ */
+async function* pass(unit: Unit, plan: FilePlan, shape: BatchShape, want: Day | undefined, stats: StatsByDay | null): AsyncIterable<RecordBatch> {
+  const types = plan.columns.map((c) => plan.schema.fields.find((f) => f.name === c.name)!.type);
+  const dayIndex = plan.dayColumn === undefined ? -1 : plan.columns.findIndex((c) => c.name === plan.dayColumn);
+  for await (const b of unit.batches()) {
+    if (b.numRows === 0) continue;
+    const days = dayIndex < 0 ? null : daysOf(b.data.children[dayIndex]!, b.numRows);
+    if (stats) {
+      const rowsByDay = new Map<Day, number[]>();
+      for (let i = 0; i < b.numRows; i++) {
+        const day = days ? days[i]! : null;
+        const rows = rowsByDay.get(day);
+        if (rows) rows.push(i);
+        else rowsByDay.set(day, [i]);
+      }
+      for (const [day, rows] of rowsByDay) {
+        let s = stats.get(day);
+        if (!s) {
+          s = new FileStats(plan.columns.length);
+          stats.set(day, s);
+        }
+        s.rows += rows.length;
+        for (let j = 0; j < plan.columns.length; j++) countColumn(s.columns[j]!, types[j]!, b.data.children[j]!, rows);
+      }
+    }
+    if (!days) {
+      yield shape.convert(b);
+      continue;
+    }
+    // Runs of the wanted day's rows, as slices (the whole batch when it is all that day's).
+    let start = -1;
+    for (let i = 0; i <= days.length; i++) {
+      const mine = i < days.length && days[i] === want;
+      if (mine && start < 0) start = i;
+      if (!mine && start >= 0) {
+        yield shape.convert(start === 0 && i === days.length ? b : b.slice(start, i));
+        start = -1;
+      }
+    }
+  }
+}
+
+/** A Parquet file of `batches`, streamed through parquet-wasm; a source error is rethrown as it was. */
+async function* parquet(batches: AsyncIterable<RecordBatch>, plan: FilePlan): BlobBody {
+  const it = batches[Symbol.asyncIterator]();
+  let sourceError: { error: unknown } | undefined;
+  const input = new ReadableStream({
+    async pull(ctl) {
+      let next: IteratorResult<RecordBatch>;
+      try {
+        next = await it.next();
+      } catch (e) {
+        sourceError ??= { error: e };
+        throw e;
+      }
+      if (next.done) {
+        ctl.close();
+        return;
+      }
+      for (const rb of pw.Table.fromIPCStream(tableToIPC(new Table(next.value), 'stream')).recordBatches()) ctl.enqueue(rb);
+    },
+    async cancel() {
+      await it.return?.();
+    },
+  });
+  const props = new pw.WriterPropertiesBuilder()
+    .setCompression(plan.compression)
+    .setMaxRowGroupSize(plan.rowGroupRows)
+    .setKeyValueMetadata(new Map([['iceberg.schema', JSON.stringify(plan.schema)]]))
+    .build();
+  try {
+    yield* (await pw.transformParquetStream(input, props)) as unknown as AsyncIterable<Uint8Array>;
+  } catch (e) {
+    throw sourceError ? sourceError.error : e;
+  }
+  if (sourceError) throw sourceError.error;
+}
+
+/** A day as a partition path names it (Iceberg's `YYYY-MM-DD`, `null` for no timestamp). */
+function dayText(day: Day): string {
+  return day === null ? 'null' : new Date(day * DAY_MS).toISOString().slice(0, 10);
+}
+
+export function fileKey(plan: FilePlan, source: string, day: Day | undefined): string {
+  const part = `${SOURCE_FIELD}=${encodeURIComponent(source)}${day === undefined ? '' : `/${plan.dayColumn}_day=${dayText(day)}`}`;
+  return `${plan.tableKey}/data/${part}/${plan.fileStem}.parquet`;
+}
+
+/**
+ * Write the unit's data files. The first row's day is written first, its read
+ * counting every day's statistics; each other day after, in order (null
+ * last). When a file was already there (a retry) its body was not read, and
+ * one read counts the statistics instead. Every read is checked whole.
+ */
+export async function writeDataFiles(
+  unit: Unit,
+  destination: BlobDestination,
+  reads: UnitGuard,
+  plan: FilePlan,
+  locate: (key: string) => string,
+  afterFile: () => void,
+): Promise<WrittenFile[]> {
+  const source = unit.partition.source;
+  const shape = new BatchShape(plan, source);
+  const stats: StatsByDay = new Map();
+  let complete = false;
+  const put = async (day: Day | undefined): Promise<{ key: string; created: boolean; bytes: number }> => {
+    const key = fileKey(plan, source, day);
+    const collect = complete ? null : stats;
+    if (collect) collect.clear();
+    const body = parquet(
+      (async function* () {
+        yield* pass(unit, plan, shape, day, collect);
+        if (collect) complete = true;
+      })(),
+      plan,
+    );
+    const r = await destination.putIfAbsent(key, reads.guard(body), { contentType: 'application/vnd.apache.parquet', signal: unit.signal });
+    return { key, created: r.created, bytes: r.bytes };
+  };
+  const recount = async () => {
+    stats.clear();
+    for await (const _ of pass(unit, plan, shape, undefined, stats)) {
+      // counting only
+    }
+    reads.check();
+    complete = true;
+  };
+  const results: { key: string; created: boolean; bytes: number; day: Day | undefined }[] = [];
+  if (plan.dayColumn === undefined) {
+    results.push({ ...(await put(undefined)), day: undefined });
+    if (!complete) await recount();
+  } else {
+    const first = await firstDay(unit, plan);
+    if (first === undefined) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${unit.sink}": unit ${unit.id} has no rows to write; nothing of it was advanced`);
+    results.push({ ...(await put(first)), day: first });
+    if (!complete) await recount();
+    if (!stats.has(first)) {
+      throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${unit.sink}": unit ${unit.id}: its reads disagree on its rows; nothing of it was advanced`);
+    }
+    const rest = [...stats.keys()].filter((d) => d !== first).sort((a, b) => (a === b ? 0 : a === null ? 1 : b === null ? -1 : a - b));
+    for (const day of rest) {
+      afterFile();
+      results.push({ ...(await put(day)), day });
+    }
+  }
+  const types = plan.columns.map((c) => plan.schema.fields.find((f) => f.name === c.name)!.type);
+  return Promise.all(
+    results.map(async (r) => {
+      const s = stats.get(r.day ?? null);
+      if (!s) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${unit.sink}": unit ${unit.id}: no statistics for ${r.key}`);
+      // A file that was already there: its size is what is stored, not what this attempt would write.
+      const bytes = r.created ? r.bytes : await storedSize(destination, r.key, unit.signal);
+      return { key: r.key, created: r.created, file: dataFileOf(plan, locate(r.key), source, r.day, s, types, bytes) };
+    }),
+  );
+}
+
+async function storedSize(destination: BlobDestination, key: string, signal: AbortSignal): Promise<number> {
+  const slash = key.lastIndexOf('/');
+  for await (const b of destination.list!(key.slice(0, slash + 1), { signal })) if (b.key === key) return b.bytes;
+  throw new HypsinkError('HYPSINK_ERR_DESTINATION', `iceberg: data file ${destination.describe(key)} was there a moment ago and is gone; export again`, { retryable: true });
+}
+
+function dataFileOf(plan: FilePlan, filePath: string, source: string, day: Day | undefined, s: FileStats, types: readonly IcebergType[], bytes: number): DataFile {
+  const valueCounts = new Map<number, number>([[SOURCE_FIELD_ID, s.rows]]);
+  const nullValueCounts = new Map<number, number>([[SOURCE_FIELD_ID, 0]]);
+  const src = encoder.encode(source);
+  const lowerBounds = new Map<number, Uint8Array>();
+  const upperBounds = new Map<number, Uint8Array>();
+  if (src.length <= MAX_BOUND_BYTES) {
+    lowerBounds.set(SOURCE_FIELD_ID, src);
+    upperBounds.set(SOURCE_FIELD_ID, src);
+  }
+  plan.columns.forEach((_, j) => {
+    const id = plan.ids[j]!;
+    const c = s.columns[j]!;
+    valueCounts.set(id, c.values);
+    nullValueCounts.set(id, c.nulls);
+    if (c.min !== undefined) {
+      const lo = boundBytes(types[j]!, c.min, false);
+      if (lo) lowerBounds.set(id, lo);
+    }
+    if (c.max !== undefined) {
+      const hi = boundBytes(types[j]!, c.max, true);
+      if (hi) upperBounds.set(id, hi);
+    }
+  });
+  const partition: Record<string, string | number | null> = { [plan.partitionNames[0]!]: source };
+  if (day !== undefined) partition[plan.partitionNames[1]!] = day;
+  return { filePath, partition, recordCount: s.rows, fileSizeInBytes: bytes, valueCounts, nullValueCounts, lowerBounds, upperBounds };
+}
+
+/** The day of the unit's first row, from its first batch. */
+async function firstDay(unit: Unit, plan: FilePlan): Promise<Day | undefined> {
+  const j = plan.columns.findIndex((c) => c.name === plan.dayColumn);
+  for await (const b of unit.batches()) {
+    if (b.numRows > 0) return daysOf(b.data.children[j]!, 1)[0];
+  }
+  return undefined;
+}

@@ -1,0 +1,378 @@
+/**
+ * `@hypsink/format-iceberg`: a blob sink's writer that keeps an Apache Iceberg
+ * (format v2) table per dataset over the sink's destination (local-fs or S3).
+ * One unit is one append snapshot: its data files, one manifest, a manifest
+ * list, and a new metadata version created if absent. The snapshot's summary
+ * names the writer (this cache and sink), the partition and the unit's
+ * `(since, until]`, which is how a retry finds that the unit committed.
+ * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule)
+ */
+import { createHash, getRandomValues, randomUUID } from 'node:crypto';
+import * as pw from 'parquet-wasm/node';
+import { z } from 'zod';
+import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
+import { HypsinkError, parseSinkConfig } from 'hypsink/plugin';
+import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, manifestFileOf, type PartitionField } from './avro.js';
+import { type FilePlan, writeDataFiles } from './datafile.js';
+import { expireSnapshots } from './maintain.js';
+import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
+import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark } from './table.js';
+
+const TABLE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
+
+const configSchema = z
+  .object({
+    /** The table: one name for the sink's one dataset, or a name per dataset. Default: the dataset's name. */
+    table: z.union([z.string().regex(TABLE_NAME), z.record(z.string(), z.string().regex(TABLE_NAME))]).optional(),
+    /** A new table is partitioned by `day(<timestampColumn>)` as well as by source (an existing table keeps its spec). */
+    dayPartition: z.boolean().default(true),
+    compression: z.enum(['zstd', 'snappy', 'gzip', 'uncompressed']).default('zstd'),
+    rowGroupRows: z.number().int().positive().default(65_536),
+    /** Commits lost to other writers in a row before the unit is retried later (by the kernel's backoff). */
+    commitAttempts: z.number().int().positive().default(40),
+    /** `hypsink maintain`: snapshots older than this are expired (Iceberg's history.expire.max-snapshot-age-ms). */
+    maxSnapshotAgeMs: z.number().int().positive().default(5 * 86_400_000),
+    /** `hypsink maintain`: the newest this many snapshots are always kept (history.expire.min-snapshots-to-keep). */
+    minSnapshotsToKeep: z.number().int().positive().default(1),
+  })
+  .strict();
+export type IcebergConfig = z.infer<typeof configSchema>;
+
+/** The sink's `writerConfig`, declared so the host checks it before `create`. @ref LLP 0032 */
+export const ICEBERG_OPTIONS: PluginOptionsSpec = { keys: Object.keys(configSchema.shape), validate: configSchema['~standard'].validate };
+
+const CODECS = {
+  zstd: pw.Compression.ZSTD,
+  snappy: pw.Compression.SNAPPY,
+  gzip: pw.Compression.GZIP,
+  uncompressed: pw.Compression.UNCOMPRESSED,
+} as const;
+
+/** A snapshot id: random, positive, below 2^53 so JSON numbers hold it exactly. */
+function snapshotId(): number {
+  const [hi, lo] = getRandomValues(new Uint32Array(2));
+  return (hi! & 0x1fffff) * 2 ** 32 + lo! || 1;
+}
+
+function partitionFields(spec: PartitionSpec): PartitionField[] {
+  return spec.fields.map((f) => ({ name: f.name, fieldId: f['field-id'], type: f.transform === 'day' ? 'int' : 'string' }));
+}
+
+class IcebergWriter {
+  constructor(
+    private readonly cfg: IcebergConfig,
+    private readonly build: SinkBuildContext,
+  ) {}
+
+  /** This cache and sink: persisted with the cache (its id), so two hosts never share one. */
+  get writer(): string {
+    return `${this.build.cacheId}/${this.build.sink}`;
+  }
+
+  private get tag(): string {
+    return createHash('sha256').update(this.writer).digest('hex').slice(0, 16);
+  }
+
+  tableOf(dataset: string): string {
+    const t = this.cfg.table;
+    if (t === undefined) {
+      if (!TABLE_NAME.test(dataset)) {
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": dataset "${dataset}" is not a usable table name; set writerConfig.table`);
+      }
+      return dataset;
+    }
+    if (typeof t === 'string') return t;
+    const name = t[dataset];
+    if (name === undefined) throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": writerConfig.table names no table for dataset "${dataset}"; add "${dataset}": "<table>"`);
+    return name;
+  }
+
+  unitId(p: PartitionRef, since: Continuation | null, until: Continuation): string {
+    return `${this.tableOf(p.dataset)}@${this.tag}/${p.key}/${since?.seq ?? '0'}-${until.seq}`;
+  }
+
+  private mark(unit: Unit): UnitMark {
+    return { writer: this.writer, partition: unit.partition.key, since: unit.since?.seq ?? '0', until: unit.until.seq };
+  }
+
+  /**
+   * This unit's snapshot in the head, if it committed. A snapshot of this
+   * writer and partition whose range overlaps the unit's without being it can
+   * only come from another process with this identity (a zombie): refused.
+   * @ref LLP 0052
+   */
+  private own(head: Head, want: UnitMark, unit: Unit): Snapshot | undefined {
+    let found: Snapshot | undefined;
+    for (const s of head.metadata.snapshots) {
+      const m = markOf(s);
+      if (m === null || m.writer !== want.writer || m.partition !== want.partition) continue;
+      if (m.since === want.since && m.until === want.until) {
+        found = s;
+        continue;
+      }
+      const overlaps = BigInt(m.since) < BigInt(want.until) && BigInt(want.since) < BigInt(m.until);
+      if (overlaps) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_INVARIANT',
+          `sink "${unit.sink}": unit ${unit.id}: the table holds snapshot ${s['snapshot-id']} of this very writer with rows (${m.since}, ${m.until}], overlapping this unit's; another process exports with this cache's identity (a copied cache folder?). Stop it; nothing of this unit was committed`,
+        );
+      }
+    }
+    return found;
+  }
+
+  private need(d: BlobDestination): asserts d is BlobDestination & Required<Pick<BlobDestination, 'get' | 'replace' | 'list' | 'locate'>> {
+    if (!d.get || !d.replace || !d.list || !d.locate) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": its destination cannot hold an Iceberg table (it needs get, replace, list and locate); use @hypsink/local-fs or @hypsink/s3`);
+    }
+  }
+
+  /** The day column of the table's spec, checked against what the unit's rows hold. */
+  private dayColumnOf(head: Head, unit: Unit): string | undefined {
+    const spec = currentSpec(head.metadata);
+    const day = spec.fields.find((f) => f.transform === 'day');
+    if (!day) return undefined;
+    const f = currentSchema(head.metadata).fields.find((x) => x.id === day['source-id']);
+    const c = unit.schema.columns.find((x) => x.name === f?.name);
+    if (!f || c?.type !== 'TIMESTAMP') {
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `sink "${unit.sink}": the table is partitioned by day(${f?.name ?? `field ${day['source-id']}`}), and the rows handed to the writer ${c ? `have it as ${c.type}` : 'lack that column'} (a transform dropped or rewrote it?); keep the column as a TIMESTAMP, or export to a new table`,
+      );
+    }
+    return f.name;
+  }
+
+  /** The head once the table exists and its schema takes the unit's columns (created or evolved here if need be). */
+  private async settle(store: TableStore, unit: Unit, want: UnitMark, locate: (k: string) => string): Promise<Head> {
+    const table = this.tableOf(unit.partition.dataset);
+    for (let attempt = 0; ; attempt++) {
+      const head = await store.head(unit.signal);
+      if (head === null) {
+        const schema = firstSchema(unit.schema.columns);
+        const ts = unit.schema.timestampColumn;
+        const day = this.cfg.dayPartition && ts !== undefined && unit.schema.columns.some((c) => c.name === ts && c.type === 'TIMESTAMP') ? ts : undefined;
+        // Won or lost to another writer's first version: read it again either way.
+        await store.commit(1, newTable(locate(store.tableKey), schema, firstSpec(schema, day), Date.now()), unit.signal);
+        continue;
+      }
+      if (this.own(head, want, unit)) return head;
+      const evolved = evolve(table, currentSchema(head.metadata), head.metadata['last-column-id'], unit.schema.columns);
+      if (evolved === null) return head;
+      const next = nextVersion(store.tableKey, head, locate, Date.now(), {
+        schemas: [...head.metadata.schemas, evolved.schema],
+        'current-schema-id': evolved.schema['schema-id'],
+        'last-column-id': evolved.lastColumnId,
+      });
+      if (await store.commit(head.version + 1, next, unit.signal)) {
+        this.build.log.info({ sink: unit.sink, table, schema: evolved.schema['schema-id'] }, 'iceberg: columns added to the table');
+        continue;
+      }
+      if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
+      await store.backoff(attempt, unit.signal);
+    }
+  }
+
+  private lostRaces(unit: Unit, n: number): HypsinkError {
+    return new HypsinkError('HYPSINK_ERR_RETRYABLE', `sink "${unit.sink}": unit ${unit.id}: ${n} commits in a row lost to other writers of the table; it is retried later (raise writerConfig.commitAttempts if this persists)`, {
+      retryable: true,
+    });
+  }
+
+  private async duplicate(store: TableStore, head: Head, unit: Unit): Promise<ShipResult> {
+    // The commit of an earlier attempt: point the hint at the head in case that attempt died before.
+    await store.hint(head.version, unit.signal);
+    return { rows: unit.plannedRows, bytes: 0, duplicate: true };
+  }
+
+  async ship(unit: Unit, destination: BlobDestination, reads: UnitGuard): Promise<ShipResult> {
+    this.need(destination);
+    const locate = (k: string) => destination.locate(k);
+    const table = this.tableOf(unit.partition.dataset);
+    const store = new TableStore(table, destination, unit.sink, this.build.log);
+    const want = this.mark(unit);
+    let head = await this.settle(store, unit, want, locate);
+    if (this.own(head, want, unit)) return this.duplicate(store, head, unit);
+
+    // The data files, with the field ids of the schema the table now has (ids never change once committed).
+    const schema = currentSchema(head.metadata);
+    const spec = currentSpec(head.metadata);
+    const columns = unit.schema.columns;
+    const plan: FilePlan = {
+      tableKey: table,
+      schema,
+      columns,
+      ids: fieldIds(schema, columns),
+      dayColumn: this.dayColumnOf(head, unit),
+      partitionNames: spec.fields.map((f) => f.name),
+      fileStem: `${this.tag}-${want.since}-${want.until}`,
+      compression: CODECS[this.cfg.compression],
+      rowGroupRows: this.cfg.rowGroupRows,
+    };
+    const fault = (p: string) => this.build.fault?.(p);
+    const files = await writeDataFiles(unit, destination, reads, plan, locate, () => fault('iceberg.afterDataFile'));
+    fault('iceberg.afterDataFile');
+
+    // One manifest of the unit's files, named afresh each attempt: it does not depend on the head.
+    const fields = partitionFields(spec);
+    const entries: ManifestEntry[] = files.map((f) => ({ status: 1, snapshotId: null, sequenceNumber: null, fileSequenceNumber: null, dataFile: f.file }));
+    const manifest = encodeManifest({
+      schemaJson: JSON.stringify(schema),
+      schemaId: schema['schema-id'],
+      specId: spec['spec-id'],
+      partitionFields: fields,
+      partitionSpecJson: JSON.stringify(spec.fields),
+      entries,
+    });
+    const manifestKey = `${table}/metadata/${randomUUID()}-m0.avro`;
+    await destination.putIfAbsent(manifestKey, once(manifest), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
+    fault('iceberg.afterManifest');
+
+    const bytes = files.reduce((n, f) => n + f.file.fileSizeInBytes, 0);
+    const rows = files.reduce((n, f) => n + f.file.recordCount, 0);
+    for (let attempt = 0; ; attempt++) {
+      if (attempt > 0) {
+        const h = await store.head(unit.signal);
+        if (h === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${unit.sink}": table ${destination.describe(table)} vanished while unit ${unit.id} was committed to it; export again`, { retryable: true });
+        head = h;
+        if (this.own(head, want, unit)) return this.duplicate(store, head, unit);
+        this.sameShape(head, plan, spec, unit);
+      }
+      const m = head.metadata;
+      const id = snapshotId();
+      const seq = m['last-sequence-number'] + 1;
+      const parent = currentSnapshot(m);
+      const base = parent ? decodeManifestList(await store.avro(m, parent['manifest-list'], unit.signal)) : [];
+      const mine = manifestFileOf({ manifestPath: locate(manifestKey), manifestLength: manifest.length, specId: spec['spec-id'], snapshotId: id, sequenceNumber: seq, partitionFields: fields, entries });
+      const list = encodeManifestList({ snapshotId: id, parentSnapshotId: parent ? parent['snapshot-id'] : null, sequenceNumber: seq, manifests: [...base, mine] });
+      const listKey = `${table}/metadata/snap-${id}-${attempt + 1}-${randomUUID()}.avro`;
+      await destination.putIfAbsent(listKey, once(list), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
+      fault('iceberg.afterManifestList');
+      const now = Date.now();
+      const snapshot: Snapshot = {
+        'snapshot-id': id,
+        ...(parent ? { 'parent-snapshot-id': parent['snapshot-id'] } : {}),
+        'sequence-number': seq,
+        'timestamp-ms': now,
+        'manifest-list': locate(listKey),
+        summary: { operation: 'append', ...summaryOf(parent, files.length, rows, bytes), [SUMMARY.writer]: want.writer, [SUMMARY.partition]: want.partition, [SUMMARY.since]: want.since, [SUMMARY.until]: want.until },
+        'schema-id': schema['schema-id'],
+      };
+      const next = nextVersion(table, head, locate, now, {
+        'last-sequence-number': seq,
+        'current-snapshot-id': id,
+        refs: { ...m.refs, main: { 'snapshot-id': id, type: 'branch' } },
+        snapshots: [...m.snapshots, snapshot],
+        'snapshot-log': [...m['snapshot-log'], { 'timestamp-ms': now, 'snapshot-id': id }],
+      });
+      if (await store.commit(head.version + 1, next, unit.signal)) {
+        fault('iceberg.afterCommit');
+        await store.hint(head.version + 1, unit.signal);
+        fault('iceberg.afterVersionHint');
+        return { rows: unit.plannedRows, bytes, duplicate: false };
+      }
+      if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
+      await store.backoff(attempt, unit.signal);
+    }
+  }
+
+  /** A head another writer made since the data files were written must still take them as they are. */
+  private sameShape(head: Head, plan: FilePlan, spec: PartitionSpec, unit: Unit): void {
+    const now = currentSpec(head.metadata);
+    const schema = currentSchema(head.metadata);
+    const ids = plan.columns.map((c) => schema.fields.find((f) => f.name === c.name)?.id);
+    if (now['spec-id'] !== spec['spec-id'] || ids.some((id, j) => id !== plan.ids[j])) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_DESTINATION',
+        `sink "${unit.sink}": the table's partition spec or field ids changed while unit ${unit.id} was committed (another tool altered the table); hypsink only appends: restore the table's spec and columns, then export again`,
+      );
+    }
+  }
+
+  async *inventory(p: PartitionRef, destination: BlobDestination, opts: { signal: AbortSignal }): AsyncIterable<HeldUnit> {
+    this.need(destination);
+    const table = this.tableOf(p.dataset);
+    const head = await new TableStore(table, destination, this.build.sink, this.build.log).head(opts.signal);
+    if (head === null) return;
+    for (const s of head.metadata.snapshots) {
+      const m = markOf(s);
+      if (m === null || m.writer !== this.writer || m.partition !== p.key) continue;
+      yield {
+        id: this.unitId(p, { v: 1, seq: m.since }, { v: 1, seq: m.until }),
+        since: m.since === '0' ? null : m.since,
+        until: m.until,
+        rows: Number(s.summary['added-records']),
+        where: `${destination.describe(table)} snapshot ${s['snapshot-id']}`,
+      };
+    }
+  }
+
+  async maintain(destination: BlobDestination, opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string> {
+    this.need(destination);
+    const done: string[] = [];
+    for (const table of new Set(opts.datasets.map((d) => this.tableOf(d)))) {
+      done.push(await expireSnapshots(new TableStore(table, destination, this.build.sink, this.build.log), destination, this.cfg, opts));
+    }
+    return done.join('; ');
+  }
+}
+
+function once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
+  return (async function* () {
+    yield bytes;
+  })();
+}
+
+/** The spec's summary counts: what this snapshot adds, and the table's totals when the parent has them. */
+function summaryOf(parent: Snapshot | undefined, files: number, rows: number, bytes: number): Record<string, string> {
+  const out: Record<string, string> = {
+    'added-data-files': String(files),
+    'added-records': String(rows),
+    'added-files-size': String(bytes),
+    'changed-partition-count': String(files),
+  };
+  const p = parent?.summary;
+  const total = (k: string, add: number) => {
+    if (p === undefined) return String(add);
+    const v = p[k];
+    return v === undefined ? undefined : String(Number(v) + add);
+  };
+  const totals: [string, number][] = [
+    ['total-data-files', files],
+    ['total-records', rows],
+    ['total-files-size', bytes],
+    ['total-delete-files', 0],
+    ['total-position-deletes', 0],
+    ['total-equality-deletes', 0],
+  ];
+  for (const [k, add] of totals) {
+    const v = total(k, add);
+    if (v !== undefined) out[k] = v;
+  }
+  return out;
+}
+
+export default function activate(ctx: PluginContext): void {
+  ctx.registerEncoder({
+    name: ctx.manifest.name,
+    options: ICEBERG_OPTIONS,
+    create(config, build): Encoder {
+      const cfg = parseSinkConfig(configSchema, config, build.sink, 'writerConfig');
+      const writer = new IcebergWriter(cfg, build);
+      return {
+        extension: 'parquet',
+        contentType: 'application/vnd.apache.parquet',
+        encode(unit) {
+          throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${unit.sink}": the Iceberg writer ships whole units (Encoder.table), it does not encode loose blobs`);
+        },
+        table: {
+          unitId: (p, since, until) => writer.unitId(p, since, until),
+          ship: (unit, destination, reads) => writer.ship(unit, destination, reads),
+          inventory: (p, destination, opts) => writer.inventory(p, destination, opts),
+          maintain: (destination, opts) => writer.maintain(destination, opts),
+        },
+      };
+    },
+  });
+}
+
