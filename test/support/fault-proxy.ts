@@ -24,6 +24,12 @@ export interface ProxiedRequest {
   readonly key: string;
   readonly query: URLSearchParams;
   readonly headers: IncomingMessage['headers'];
+  /**
+   * Run `fn` once the proxy is done with this request (answered, forwarded and
+   * answered, or dropped), also on error. Lets a rule hold a lock across the
+   * forward it lets through.
+   */
+  onSettled(fn: () => void): void;
 }
 
 export type FaultAction =
@@ -96,22 +102,58 @@ export function anyOf(...rules: FaultRule[]): FaultRule {
  * Emulates S3's conditional writes for a store that ignores them: a PutObject or
  * CompleteMultipartUpload carrying `If-None-Match: *` gets 412 PreconditionFailed
  * when the object already exists. `exists` reads the store (e.g. TestS3Server.objectExists).
+ *
+ * Atomic per key: conditional writes of one bucket/key wait for each other, and
+ * each holds its turn from the existence check until the proxy has finished with
+ * it (the store answered), so of N concurrent create-if-absent writes of one key
+ * exactly one reaches the store. Writes of other keys, and unconditional writes,
+ * are not held.
  */
 export function enforceIfNoneMatch(exists: (bucket: string, key: string) => Promise<boolean>): FaultRule {
+  // Tail of each key's queue; removed when the last holder leaves.
+  const tails = new Map<string, Promise<void>>();
   return async (r) => {
     if (r.headers['if-none-match'] !== '*' || !r.key) return undefined;
     const isPut = r.method === 'PUT' && !r.query.has('uploadId');
     const isComplete = r.method === 'POST' && r.query.has('uploadId');
     if (!isPut && !isComplete) return undefined;
-    if (!(await exists(r.bucket, r.key))) return undefined;
-    return s3ErrorResponse(412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did not hold', {});
+    const id = `${r.bucket}/${r.key}`;
+    const before = tails.get(id) ?? Promise.resolve();
+    let release!: () => void;
+    const mine = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const tail = before.then(() => mine);
+    tails.set(id, tail);
+    const leave = () => {
+      release();
+      if (tails.get(id) === tail) tails.delete(id);
+    };
+    await before;
+    let found: boolean;
+    try {
+      found = await exists(r.bucket, r.key);
+    } catch (e) {
+      leave();
+      throw e;
+    }
+    if (found) {
+      leave();
+      return s3ErrorResponse(412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did not hold', {});
+    }
+    // Absent: hold the key until this write has gone through (or failed).
+    r.onSettled(leave);
+    return undefined;
   };
 }
 
-function parse(index: number, req: IncomingMessage): ProxiedRequest {
+function parse(index: number, req: IncomingMessage, settled: (() => void)[]): ProxiedRequest {
   const u = new URL(req.url ?? '/', 'http://proxy.invalid');
   const segs = u.pathname.split('/').slice(1);
   return {
+    onSettled: (fn) => {
+      settled.push(fn);
+    },
     index,
     method: req.method ?? 'GET',
     url: req.url ?? '/',
@@ -239,7 +281,8 @@ export async function startFaultProxy(opts: { target: string; rule?: FaultRule }
   };
 
   const server = createServer((req, res) => {
-    const info = parse(count++, req);
+    const settled: (() => void)[] = [];
+    const info = parse(count++, req, settled);
     res.on('close', () => {
       if (!res.writableFinished) closed.add(res);
     });
@@ -255,6 +298,8 @@ export async function startFaultProxy(opts: { target: string; rule?: FaultRule }
         } else {
           res.destroy();
         }
+      } finally {
+        for (const fn of settled) fn();
       }
     })();
   });
