@@ -46,7 +46,7 @@ export class Daemon {
     if (m.schedule) {
       this.jobs.push(
         new Cron(m.schedule, { protect: true }, async () => {
-          await this.track(this.k.maintain({ retention: true, compact: true, scheduled: true }));
+          await this.track(this.k.maintain({ retention: true, compact: true, tables: true, scheduled: true }));
         }),
       );
     }

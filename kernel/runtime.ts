@@ -15,6 +15,7 @@ import type { RetentionPolicy, RetentionResult } from './store/retention.js';
 import { parseDuration } from './config/duration.js';
 import { type LoadedConfig, unsetVariables } from './config/load.js';
 import { isBlobSink } from './config/schema.js';
+import type { GuardedShipper } from './sinks/blob.js';
 import { createHooks } from './hooks.js';
 import { type IngestOptions, type IngestResult, ingestNdjson } from './ingest/ingest.js';
 import { ParseWorker } from './ingest/parsers.js';
@@ -342,9 +343,15 @@ export class Hypsink {
     }
   }
 
-  async maintain(what: { retention?: boolean; compact?: boolean; scheduled?: boolean }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[] }> {
+  async maintain(what: {
+    retention?: boolean;
+    compact?: boolean;
+    tables?: boolean;
+    scheduled?: boolean;
+  }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[]; tables: { sink: string; done: string }[] }> {
     const m = this.loaded.config.maintenance;
-    const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[] };
+    const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[], tables: [] as { sink: string; done: string }[] };
+    if (what.tables) out.tables = await this.maintainTables();
     if (what.retention && m.retention) {
       const r = m.retention;
       out.retention = await this.retention({
@@ -369,6 +376,25 @@ export class Hypsink {
       // Documented defaults: 8 files on the schedule, 2 when asked for by hand.
       out.compaction = await this.cache.compact(undefined, m.compaction?.minFiles ?? (what.scheduled ? 8 : 2));
       for (const x of out.compaction) await this.hooks.compactionDone.promise(x);
+    }
+    return out;
+  }
+
+  /**
+   * Each table sink's own maintenance (Iceberg: snapshot expiry), holding its
+   * export lock so no unit of this process commits meanwhile. @ref LLP 0052
+   */
+  private async maintainTables(): Promise<{ sink: string; done: string }[]> {
+    const out: { sink: string; done: string }[] = [];
+    for (const name of this.sinks.keys()) {
+      const sc = this.loaded.config.sinks[name]!;
+      if (!isBlobSink(sc)) continue;
+      const s = await this.sink(name);
+      const maintain = (s.shipper as GuardedShipper).maintain;
+      if (!maintain) continue;
+      const done = await this.driver.quiesce([s.state], () => maintain({ signal: this.signal, now: Date.now(), datasets: s.datasets }), 'maintain');
+      this.log.info({ sink: name, done }, 'table maintenance done');
+      out.push({ sink: name, done });
     }
     return out;
   }

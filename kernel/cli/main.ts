@@ -263,17 +263,19 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('maintain')
-    .description('run retention and/or compaction now (both without flags)')
+    .description("run retention, compaction and/or the table sinks' maintenance now (all without flags)")
     .option('--retention', 'prune old rows')
     .option('--compact', 'compact partitions')
+    .option('--tables', 'expire old snapshots of table sinks (Iceberg)')
     .option('--config <file>', 'config file')
-    .action(async (o: { retention?: boolean; compact?: boolean }, cmd: Command) => {
-      const both = !o.retention && !o.compact;
+    .action(async (o: { retention?: boolean; compact?: boolean; tables?: boolean }, cmd: Command) => {
+      const all = !o.retention && !o.compact && !o.tables;
       await withKernel(cmd, async (k) => {
-        const r = await k.maintain({ retention: both || o.retention, compact: both || o.compact });
+        const r = await k.maintain({ retention: all || o.retention, compact: all || o.compact, tables: all || o.tables });
         const pruned = r.retention.reduce((n, x) => n + x.prunedRows, 0);
         const forced = r.retention.reduce((n, x) => n + x.forcedRows, 0);
         io.out(`retention pruned ${pruned} row(s)${forced ? ` (${forced} before every sink had them: gap)` : ''}; compacted ${r.compaction.length} partition(s)`);
+        for (const t of r.tables) io.out(`sink ${t.sink}: ${t.done}`);
       });
     });
 
