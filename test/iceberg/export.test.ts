@@ -232,7 +232,15 @@ test('a replayed older head (a rollback): the writer neither commits an advanced
   // The table goes back to v2's state, as a rollback writes it: a new version with v2's contents.
   const v2 = readFileSync(join(s.table, 'metadata', 'v2.metadata.json'));
   await fsp.writeFile(join(s.table, 'metadata', 'v5.metadata.json'), v2);
-  await ingestAndExport(s.config, 'web', 31, 10);
+  const { k, logs } = await openKernel(s.config);
+  try {
+    await ingestText(k, 'web', eventLines(31, 10));
+    await k.export('lake');
+  } finally {
+    await k.close();
+  }
+  // Said, not silent: the rolled-back unit's rows are out of the table.
+  assert.ok(logs.some((l) => String(l.msg).includes('the table no longer holds this writer\'s unit ending at seq 30')), JSON.stringify(logs.filter((l) => Number(l.level) >= 40)));
   let { rows } = await readLocal(s);
   // Units 2 and 3 stay rolled back (the operator's choice); unit 4 lands once, after unit 1.
   assertIds(rows, [...range(1, 10), ...range(31, 10)], 'after the rollback');

@@ -193,6 +193,7 @@ class IcebergWriter {
     const want = this.mark(unit);
     let head = await this.settle(store, unit, want, locate);
     if (this.own(head, want, unit)) return this.duplicate(store, head, unit);
+    this.noteRegression(head, want, unit);
 
     // The data files, with the field ids of the schema the table now has (ids never change once committed).
     const schema = currentSchema(head.metadata);
@@ -273,6 +274,29 @@ class IcebergWriter {
       }
       if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
       await store.backoff(attempt, unit.signal);
+    }
+  }
+
+  /**
+   * The head should hold this writer's unit before this one (expiry keeps the
+   * newest of every writer and partition). When it does not, the table went
+   * back (a rollback, an older head replayed) or another tool expired it: the
+   * watermark is this cache's, so nothing is committed again and nothing
+   * skipped, but the rows of the units gone from the table are said.
+   * @ref LLP 0052
+   */
+  private noteRegression(head: Head, want: UnitMark, unit: Unit): void {
+    const prior = unit.prior?.seq;
+    if (prior === undefined) return;
+    const held = head.metadata.snapshots.some((s) => {
+      const m = markOf(s);
+      return m !== null && m.writer === want.writer && m.partition === want.partition && m.until === prior;
+    });
+    if (!held) {
+      this.build.log.warn(
+        { sink: unit.sink, partition: want.partition, until: prior, table: head.metadata.location },
+        `iceberg: the table no longer holds this writer's unit ending at seq ${prior} (rolled back, or expired by another tool); its rows stay out of the table, this unit is appended after the table's current state`,
+      );
     }
   }
 
