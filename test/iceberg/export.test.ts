@@ -244,6 +244,10 @@ test('a replayed older head (a rollback): the writer neither commits an advanced
   let { rows } = await readLocal(s);
   // Units 2 and 3 stay rolled back (the operator's choice); unit 4 lands once, after unit 1.
   assertIds(rows, [...range(1, 10), ...range(31, 10)], 'after the rollback');
+  // verify reads the units from the snapshots: the rolled-back ones are a hole before the watermark.
+  const v = await run(s.config, (k) => k.verify('lake'));
+  assert.equal(v.ok, false);
+  assert.match(JSON.stringify(v.sinks[0]!.findings), /\(10, 30\]|10.*30/);
 
   // Unit 5 fails right after its commit (the watermark not advanced): an open intent.
   await throwingAt('iceberg.afterCommit', () =>

@@ -161,6 +161,15 @@ function bitmapOf(d: Data): Uint8Array | undefined {
 
 const encoder = new TextEncoder();
 
+/** Each of the plan's columns in a batch, found by name (a batch's column order is not assumed). */
+function columnsOf(b: RecordBatch, columns: readonly ColumnSpec[]): Data[] {
+  return columns.map((c) => {
+    const i = b.schema.fields.findIndex((f) => f.name === c.name);
+    if (i < 0) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `iceberg: a batch of the unit has no column "${c.name}" (it has ${b.schema.fields.map((f) => f.name).join(', ')})`);
+    return b.data.children[i]!;
+  });
+}
+
 /** The Iceberg form of a batch of the unit's rows: `source` first, field ids on every column, µs timestamps. */
 class BatchShape {
   private readonly sourceField: Field;
@@ -189,8 +198,9 @@ class BatchShape {
     }
     const children: Data[] = [makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets: offsets, data: values })];
     const fields: Field[] = [this.sourceField];
+    const data = columnsOf(b, this.plan.columns);
     this.plan.columns.forEach((c, j) => {
-      const d = b.data.children[j]!;
+      const d = data[j]!;
       let out: Data = d;
       if (c.type === 'TIMESTAMP') {
         const ms = d.values as BigInt64Array;
@@ -220,7 +230,8 @@ async function* pass(unit: Unit, plan: FilePlan, shape: BatchShape, want: Day | 
   const dayIndex = plan.dayColumn === undefined ? -1 : plan.columns.findIndex((c) => c.name === plan.dayColumn);
   for await (const b of unit.batches()) {
     if (b.numRows === 0) continue;
-    const days = dayIndex < 0 ? null : daysOf(b.data.children[dayIndex]!, b.numRows);
+    const data = columnsOf(b, plan.columns);
+    const days = dayIndex < 0 ? null : daysOf(data[dayIndex]!, b.numRows);
     if (stats) {
       const rowsByDay = new Map<Day, number[]>();
       for (let i = 0; i < b.numRows; i++) {
@@ -236,7 +247,7 @@ async function* pass(unit: Unit, plan: FilePlan, shape: BatchShape, want: Day | 
           stats.set(day, s);
         }
         s.rows += rows.length;
-        for (let j = 0; j < plan.columns.length; j++) countColumn(s.columns[j]!, types[j]!, b.data.children[j]!, rows);
+        for (let j = 0; j < plan.columns.length; j++) countColumn(s.columns[j]!, types[j]!, data[j]!, rows);
       }
     }
     if (!days) {
@@ -411,7 +422,7 @@ function dataFileOf(plan: FilePlan, filePath: string, source: string, day: Day |
 async function firstDay(unit: Unit, plan: FilePlan): Promise<Day | undefined> {
   const j = plan.columns.findIndex((c) => c.name === plan.dayColumn);
   for await (const b of unit.batches()) {
-    if (b.numRows > 0) return daysOf(b.data.children[j]!, 1)[0];
+    if (b.numRows > 0) return daysOf(columnsOf(b, [plan.columns[j]!])[0]!, 1)[0];
   }
   return undefined;
 }
