@@ -151,6 +151,10 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
         throw new HypsinkError('HYPSINK_ERR_CONFIG', `${w}: keys.time does not apply to the table writer ${sc.writer}: it partitions the table by day itself (see its writerConfig); remove keys.time`);
       }
       const dest = destFactory.create(config, build);
+      if (encoder.table && !(dest.get && dest.replace && dest.list && dest.locate)) {
+        await dest.close();
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${w}: the table writer ${sc.writer} needs a destination that can get, replace, list and locate blobs, and ${sc.destination} cannot; use @hypsink/local-fs or @hypsink/s3`);
+      }
       shipper = blobShipper(encoder, dest, BLOB_LIMITS, sc.keys);
       root = destinationRoot(dest);
       destination = dest.destination ?? (root === undefined ? null : `${sc.destination} ${root}`);

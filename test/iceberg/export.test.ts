@@ -15,7 +15,7 @@ import { after, before, test } from 'node:test';
 import { S3Client } from '@aws-sdk/client-s3';
 import { parquetMetadata } from 'hyparquet';
 import { resetFaultHits } from '../../kernel/fault.js';
-import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { eventLines, FIXTURE_PLUGINS, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { avroFilesOf, avroFilesOfS3, checkAvroFiles, fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
@@ -349,4 +349,12 @@ test('config: keys.time with the table writer is refused, naming the sink; an un
   await assert.rejects(() => run(s.config, (k) => k.validate()), /keys.time does not apply to the table writer @hypsink\/format-iceberg/);
   const t = await setup({ writerConfig: { tabel: 'x' } });
   await assert.rejects(() => run(t.config, (k) => k.validate()), /writerConfig.tabel.*table/s);
+  // A destination without get/replace/list/locate cannot hold a table: refused when the sink is built.
+  const u = await setup({
+    extra: (c) => {
+      c.plugins = [join(FIXTURE_PLUGINS, 'put-only-destination')];
+      Object.assign(c.sinks.lake as Json, { destination: 'test-put-only-destination', config: {} });
+    },
+  });
+  await assert.rejects(() => run(u.config, (k) => k.validate()), /needs a destination that can get, replace, list and locate blobs, and test-put-only-destination cannot/);
 });

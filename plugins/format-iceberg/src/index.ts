@@ -333,6 +333,7 @@ class IcebergWriter {
 
   async maintain(destination: BlobDestination, opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string> {
     this.need(destination);
+    if (!destination.remove) throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": its destination cannot remove blobs, so snapshot expiry cannot run there`);
     const done: string[] = [];
     for (const table of new Set(opts.datasets.map((d) => this.tableOf(d)))) {
       done.push(await expireSnapshots(new TableStore(table, destination, this.build.sink, this.build.log), destination, this.cfg, opts));
