@@ -70,9 +70,11 @@ function casesFor(point: string): Case[] {
 /**
  * The renaming of names made under the first name rule needs a tree made under
  * it: its points are crashed in test/cache/names-v1.test.ts, which fails when
- * one of them has no case there.
+ * one of them has no case there. The Iceberg writer's points need a table to
+ * read back (icebird, avsc): they are crashed in test/iceberg/crash.test.ts, on
+ * local-fs and S3, which discovers every `iceberg.` point and fails without a case.
  */
-const ELSEWHERE = ['names.'];
+const ELSEWHERE = ['names.', 'iceberg.'];
 
 const ALL_CASES = Object.keys(FAULT_POINTS)
   .filter((p) => !ELSEWHERE.some((x) => p.startsWith(x)))
