@@ -2,6 +2,7 @@
 import type { FigureGroup } from '../lib/figure.js';
 import { coldStart } from './cold-start.js';
 import { forwardVsRaw } from './forward-vs-raw.js';
+import { icebergGroup } from './iceberg.js';
 import { ingest } from './ingest.js';
 import { localFsVsRaw } from './localfs-vs-raw.js';
 import { naiveVsIncremental } from './naive-vs-incremental.js';
@@ -12,4 +13,4 @@ import { receiverAbuse } from './receiver-abuse.js';
 import { tickBigVsSmall } from './tick-big-vs-small.js';
 import { transformsExport } from './transforms-export.js';
 
-export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];
+export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, icebergGroup, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];

@@ -231,6 +231,7 @@ class IcebergWriter {
 
     const bytes = files.reduce((n, f) => n + f.file.fileSizeInBytes, 0);
     const rows = files.reduce((n, f) => n + f.file.recordCount, 0);
+    const commitStarted = performance.now();
     for (let attempt = 0; ; attempt++) {
       if (attempt > 0) {
         const h = await store.head(unit.signal);
@@ -270,6 +271,8 @@ class IcebergWriter {
         fault('iceberg.afterCommit');
         await store.hint(head.version + 1, unit.signal);
         fault('iceberg.afterVersionHint');
+        // How long the commit took and how many races it lost: what tells a table with too many writers.
+        this.build.log.debug({ sink: unit.sink, table, version: head.version + 1, attempts: attempt + 1, commitMs: Math.round((performance.now() - commitStarted) * 10) / 10 }, 'iceberg: committed');
         return { rows: unit.plannedRows, bytes, duplicate: false };
       }
       if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);

@@ -1,0 +1,146 @@
+/**
+ * The iceberg group (issue 14):
+ *
+ * - `iceberg_export_vs_parquet`: local-fs Iceberg export rows/s (the
+ *   @hypsink/format-iceberg writer: data files with field ids and column
+ *   statistics, a manifest, a manifest list and a metadata version per unit)
+ *   ÷ local-fs Parquet (@hypsink/format-parquet) rows/s, of the same units of
+ *   the same cache (N rows from a fresh watermark; 1M, --quick 100k). Each
+ *   repetition runs both in alternating order, each into a folder of its own.
+ * - `iceberg_commit_ms_<n>w`, `iceberg_retries_per_commit_<n>w` (report only):
+ *   n = 1, 4, 8 writer processes, each with a cache of its own, export their
+ *   own partition to one local table at the same moment, in small units (many
+ *   commits). Per commit: the time from its manifest written to its metadata
+ *   version created, and the races it lost on the way, from each writer's
+ *   `iceberg: committed` debug line. The median commit time, and retries per
+ *   commit over all the commits of that run.
+ * @ref LLP 0051
+ */
+import { spawn } from 'node:child_process';
+import { promises as fsp } from 'node:fs';
+import { join } from 'node:path';
+import type { BenchContext } from '../lib/context.js';
+import { figure, type FigureGroup, ge, report } from '../lib/figure.js';
+import { DATASET, localFsSink, openKernel, type SinkSpec, tick, writeWorkspace } from '../lib/kernel.js';
+import { median, pairedRates, settle, timed } from '../lib/measure.js';
+import { REPO } from '../lib/receiver.js';
+import { sharedPartition } from '../lib/shared.js';
+
+function icebergSink(dir: string, extra: Record<string, unknown> = {}): SinkSpec {
+  return { writer: '@hypsink/format-iceberg', destination: '@hypsink/local-fs', datasets: [DATASET], config: { dir }, ...extra };
+}
+
+async function exportVsParquet(ctx: BenchContext) {
+  const rows = ctx.size(1_000_000, 100_000);
+  const reps = ctx.size(3, 3);
+  const shared = await sharedPartition(ctx, rows);
+  const dir = await ctx.tempDir('iceberg-export');
+  const sinks: Record<string, SinkSpec> = {};
+  for (let r = 0; r < reps; r++) {
+    sinks[`pq${r}`] = localFsSink(`pq${r}`);
+    sinks[`ice${r}`] = icebergSink(join(dir, 'exports', `ice${r}`));
+  }
+  const k = await openKernel(await writeWorkspace(dir, sinks, shared.cacheRoot), ctx.log);
+  const pqMs: number[] = [];
+  const iceMs: number[] = [];
+  const units: number[] = [];
+  try {
+    const side = async (name: string, into: number[]) => {
+      settle();
+      const t = await timed(() => tick(k, name));
+      if (t.value.rows !== rows) throw new Error(`iceberg: ${name} shipped ${t.value.rows} rows, expected ${rows}`);
+      into.push(t.ms);
+      units.push(t.value.units);
+      await fsp.rm(join(dir, 'exports', name), { recursive: true });
+    };
+    for (let r = 0; r < reps; r++) {
+      ctx.progress(`iceberg: export repetition ${r + 1}/${reps}`);
+      if (r % 2 === 0) {
+        await side(`pq${r}`, pqMs);
+        await side(`ice${r}`, iceMs);
+      } else {
+        await side(`ice${r}`, iceMs);
+        await side(`pq${r}`, pqMs);
+      }
+    }
+  } finally {
+    await k.close();
+  }
+  const { paired, ratios, details } = pairedRates(rows, iceMs, pqMs);
+  ctx.detail('iceberg_export_vs_parquet', { rows, units: [...new Set(units)], ...details, icebergMs: iceMs.map(Math.round), parquetMs: pqMs.map(Math.round) });
+  return figure('iceberg_export_vs_parquet', paired, ge(0.85), ratios);
+}
+
+interface WriterResult {
+  readonly rows: number;
+  readonly ms: number;
+  readonly commits: readonly { ms: number; attempts: number }[];
+}
+
+function runWriter(configPath: string, sink: string, rows: number, goAt: number): Promise<WriterResult> {
+  const args = ['--import', 'tsx', join(REPO, 'bench/child/iceberg-writer.ts'), configPath, sink, String(rows), String(goAt)];
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c: Buffer) => {
+      out += c.toString('utf8');
+    });
+    child.stderr.on('data', (c: Buffer) => {
+      err += c.toString('utf8');
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const line = out.split('\n').find((l) => l.startsWith('{'));
+      if (code !== 0 || !line) reject(new Error(`iceberg writer child exited ${code}: ${err.trim().slice(0, 2000)}`));
+      else resolve(JSON.parse(line) as WriterResult);
+    });
+  });
+}
+
+/** `n` writers, each its own cache and process, one table; every commit's time and lost races. */
+async function concurrentCommits(ctx: BenchContext, n: number, rowsPerWriter: number, unitRows: number) {
+  const root = await ctx.tempDir(`iceberg-commit-${n}w`);
+  const lake = join(root, 'lake');
+  const configs: string[] = [];
+  for (let w = 0; w < n; w++) {
+    const dir = join(root, `w${w}`);
+    await fsp.mkdir(dir);
+    const sink = icebergSink(lake, { unit: { maxRows: unitRows }, writerConfig: { commitAttempts: 1000 } });
+    configs.push((await writeWorkspace(dir, { lake: sink })).configPath);
+  }
+  // Children need a few seconds to start and fill; the exports then begin together.
+  const goAt = Date.now() + 3000 + 300 * n;
+  const results = await Promise.all(configs.map((c) => runWriter(c, 'lake', rowsPerWriter, goAt)));
+  const commits = results.flatMap((r) => r.commits);
+  for (const r of results) if (r.rows !== rowsPerWriter) throw new Error(`iceberg: a writer exported ${r.rows} rows, expected ${rowsPerWriter}`);
+  if (commits.length !== n * Math.ceil(rowsPerWriter / unitRows)) throw new Error(`iceberg: ${commits.length} commits logged, expected ${n * Math.ceil(rowsPerWriter / unitRows)}`);
+  const retries = commits.reduce((s, c) => s + c.attempts - 1, 0) / commits.length;
+  const medianMs = median(commits.map((c) => c.ms));
+  const snapshots = commits.length;
+  const exportMs = results.map((r) => Math.round(r.ms));
+  return { n, medianMs, retries, snapshots, exportMs, p90Ms: quantile(commits.map((c) => c.ms), 0.9), maxAttempts: Math.max(...commits.map((c) => c.attempts)) };
+}
+
+function quantile(xs: readonly number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+}
+
+export const icebergGroup: FigureGroup = {
+  id: 'iceberg',
+  title: 'Iceberg export rows/s ÷ local-fs Parquet rows/s; commit latency and lost races with 1, 4, 8 writers on one table',
+  async run(ctx: BenchContext) {
+    const figures = [await exportVsParquet(ctx)];
+    const rowsPerWriter = ctx.size(4000, 1000);
+    const unitRows = 100;
+    for (const n of [1, 4, 8]) {
+      ctx.progress(`iceberg: ${n} concurrent writer(s), one table`);
+      const r = await concurrentCommits(ctx, n, rowsPerWriter, unitRows);
+      ctx.detail(`iceberg_commit_ms_${n}w`, { writers: n, rowsPerWriter, unitRows, commits: r.snapshots, medianMs: r.medianMs, p90Ms: r.p90Ms, maxAttempts: r.maxAttempts, exportMs: r.exportMs });
+      figures.push(figure(`iceberg_commit_ms_${n}w`, r.medianMs, report, [r.medianMs]));
+      figures.push(figure(`iceberg_retries_per_commit_${n}w`, r.retries, report, [r.retries]));
+    }
+    return figures;
+  },
+};
