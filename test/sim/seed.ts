@@ -44,6 +44,7 @@ import {
   type Worker,
   writeScenarioConfig,
 } from './harness.js';
+import { forgetIce, ICE_SINK } from './ice.js';
 import { PG_SINK } from './pg.js';
 import type { World } from './world.js';
 import type { WorkerOp } from './worker.js';
@@ -87,6 +88,8 @@ interface Side {
 /** A step's operation: a worker op, or the host sending `n` fresh rows of a source. */
 type SimOp = WorkerOp | { op: 'send'; source: string; n: number };
 const died = (a: Answer) => 'died' in a;
+/** The Iceberg writer's points, from the data files to the version hint. */
+const ICE_POINTS = POINTS_BY_OP[`export ${ICE_SINK}`]!.filter((p) => p.startsWith('iceberg.'));
 const BLOB: readonly ('files' | 'lake')[] = ['files', 'lake'];
 
 class Scenario {
@@ -438,9 +441,9 @@ class Scenario {
       if (pending === 0) return undefined;
       if (pending <= unit) at = 1;
     }
-    // On pg, half the crashes at its own points: a unit copied but not committed, or committed but not recorded.
-    const own = op.op === 'export' && op.sink === PG_SINK && this.chance(0.5);
-    const point = own ? this.pick(['postgres.afterCopy', 'postgres.afterCommit']) : this.pick(points);
+    // On pg and ice, half the crashes at their own points: a unit copied but not committed, or committed but not recorded.
+    const own = op.op === 'export' && (op.sink === PG_SINK || op.sink === ICE_SINK) && this.chance(0.5);
+    const point = !own ? this.pick(points) : op.sink === PG_SINK ? this.pick(['postgres.afterCopy', 'postgres.afterCommit']) : this.pick(ICE_POINTS);
     this.armed++;
     const action = this.chance(0.3) ? 'throw' : 'kill';
     this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''}`);
@@ -586,6 +589,47 @@ class Scenario {
     await this.oracle.step(this.label, other, status, this.problems, !status);
     await there.worker.release();
     return { op: 'export', sink: PG_SINK };
+  }
+
+  /**
+   * Both caches export ice at the same time, each from its own process (its
+   * own cache id, so its own writer identity), into the one Iceberg table:
+   * their commits race for each next metadata version. Rows in the same shapes
+   * first, often more than a unit of them (several commits each), maybe a
+   * crash of one of them at an Iceberg point (or an export point).
+   */
+  async episodeConcurrentIce(): Promise<WorkerOp | undefined> {
+    const other = this.views.find((v) => v !== this.cur);
+    if (!other || !this.cur.sinks.includes(ICE_SINK) || !other.sinks.includes(ICE_SINK)) return undefined;
+    const here: Side = { view: this.cur, worker: this.worker };
+    const there: Side = { view: other, worker: this.worker.partner() };
+    this.note(`open cache ${other.name} in a second process`);
+    await there.worker.use(other.configPath);
+    const [first, second] = this.views[0] === here.view ? [here, there] : [there, here];
+    for (const source of this.cur.sources) await this.on(first, () => this.ingestFresh(source, this.int(4, 60), this.int(1, 2)));
+    await this.on(second, () => this.applyMirror());
+    let armed: Side | undefined;
+    if (this.armed < 2 && this.chance(0.5)) {
+      armed = this.pick([here, there]);
+      const point = this.pick([...ICE_POINTS, 'export.afterShip', 'export.afterIntent']);
+      const action = this.chance(0.25) ? 'throw' : 'kill';
+      const at = this.chance(0.3) ? 2 : 1;
+      this.armed++;
+      this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''} in cache ${armed.view.name}'s process`);
+      await armed.worker.send({ op: 'arm', point, at, action });
+    }
+    this.note(`export ${ICE_SINK} in both processes at once`);
+    const answers = await Promise.all([here, there].map((x) => x.worker.send({ op: 'export', sink: ICE_SINK })));
+    [here, there].forEach((x, i) => {
+      if (died(answers[i]!)) this.note(`cache ${x.view.name}'s process died`);
+    });
+    if (armed && !died(answers[[here, there].indexOf(armed)]!)) await armed.worker.send({ op: 'disarm' });
+    // The other cache's checks on its own process (not restarted for them if it died), then its cache is let go.
+    const st = died(answers[1]!) ? undefined : await there.worker.send({ op: 'status' });
+    const status = st && ok(st) ? (st as { status?: StatusFacts }).status : undefined;
+    await this.oracle.step(this.label, other, status, this.problems, !status);
+    await there.worker.release();
+    return { op: 'export', sink: ICE_SINK };
   }
 
   /** Rows for pg, then its export meets a connection fault, and now and then a crash at a postgres point. @ref LLP 0043 */
@@ -785,10 +829,12 @@ class Scenario {
     const two = this.chance(0.15);
     const sources = [`s${this.seed}a`, `s${this.seed}b`].slice(0, this.int(1, 2));
     const base = { unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
-    const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, prefix: `sim/${this.seed}` }));
+    // One Iceberg table for the scenario: a second cache writes to it too.
+    const iceDir = join(dir, 'ice');
+    const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, iceDir, prefix: `sim/${this.seed}` }));
     this.views.push(a);
     if (two) {
-      const b = this.oracle.add(new CacheView('b', join(dir, 'b'), sources, { ...base, prefix: `sim/${this.seed}b` }));
+      const b = this.oracle.add(new CacheView('b', join(dir, 'b'), sources, { ...base, iceDir, prefix: `sim/${this.seed}b` }));
       this.views.push(b);
     }
     for (const v of this.views) {
@@ -812,6 +858,7 @@ class Scenario {
     if (this.chance(0.25)) planned.push(() => this.episodeDamage());
     if (two) planned.push(() => this.episodeSwitch());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentPg());
+    if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentIce());
     if (this.chance(0.35)) planned.push(() => this.episodePg());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
@@ -910,6 +957,7 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
   if (dir && s.problems.length === 0) {
     await rm(dir, { recursive: true, force: true });
     forgetDecoded(dir);
+    forgetIce(dir);
   } else if (dir) s.problems.add('', `state kept in ${dir}`);
   return {
     seed,
