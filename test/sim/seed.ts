@@ -13,8 +13,10 @@
  * mid-COPY, before COMMIT, COMMIT's answer lost, after N bytes, idle ones
  * dropped, slow), crashes at its points, rows the table refuses (seeds whose
  * number is a multiple of 3), and the second cache exporting to the same table
- * at the same time from a second process. The oracle (harness.ts) checks after
- * every step and after the clean run. @ref LLP 0043
+ * at the same time from a second process. The Iceberg sink (ice) meets crashes
+ * at its points, and both caches of a two-cache seed commit to its one table at
+ * the same time, each from its own process (two writer identities). The oracle
+ * (harness.ts) checks after every step and after the clean run. @ref LLP 0043
  */
 import { promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -120,6 +122,8 @@ class Scenario {
   notes: string[] = [];
   /** Ingests of the first cache the second one has not had yet: it gets the same shapes (sizes, parts), so its seqs and units line up. */
   mirror: { source: string; sizes: number[] }[] = [];
+  /** The sinks of this seed's config (ice in some seeds only: it costs the most per unit). */
+  full: readonly SinkName[] = SINKS;
 
   constructor(
     readonly seed: number,
@@ -386,7 +390,7 @@ class Scenario {
         return undefined;
       });
     }
-    if (!this.absent && view.sinks.length === SINKS.length) {
+    if (!this.absent && view.sinks.length === this.full.length) {
       choices.push(async () => {
         const sink = this.pick(view.sinks);
         if (this.move?.sink === sink || !(await this.hasWatermarks(view, sink))) return undefined;
@@ -499,7 +503,7 @@ class Scenario {
   /** A sink left out of the config while retention runs, then brought back. */
   async episodeAbsent(): Promise<WorkerOp | undefined> {
     const view = this.cur;
-    if (this.absent || view.sinks.length < SINKS.length) return undefined;
+    if (this.absent || view.sinks.length < this.full.length) return undefined;
     // Not a sink whose moved destination the operator has yet to decide about.
     const sink = this.pick(view.sinks.filter((s) => s !== this.move?.sink));
     const source = this.pick(view.sources);
@@ -629,6 +633,22 @@ class Scenario {
     const status = st && ok(st) ? (st as { status?: StatusFacts }).status : undefined;
     await this.oracle.step(this.label, other, status, this.problems, !status);
     await there.worker.release();
+    return { op: 'export', sink: ICE_SINK };
+  }
+
+  /** Rows for ice (more than a unit, often), then its export crashes at an Iceberg point (or throws there). */
+  async episodeIce(): Promise<WorkerOp | undefined> {
+    if (!this.cur.sinks.includes(ICE_SINK) || this.armed >= 1) return undefined;
+    const unit = this.cur.opts.unitRowsBySink?.[ICE_SINK] ?? this.cur.opts.unitRows;
+    await this.ingestFresh(this.pick(this.cur.sources), this.int(1, 2 * unit), this.int(1, 2));
+    const point = this.pick(ICE_POINTS);
+    const action = this.chance(0.3) ? 'throw' : 'kill';
+    // The data file point is hit after each file and once more after the last: a second hit is often there.
+    const at = this.chance(0.3) ? 2 : 1;
+    this.armed++;
+    this.episodeArmed = true;
+    this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''}`);
+    await this.worker.send({ op: 'arm', point, at, action });
     return { op: 'export', sink: ICE_SINK };
   }
 
@@ -828,7 +848,9 @@ class Scenario {
     const dir = await mkdtemp(join(tmpdir(), `hypsink-sim-${this.seed}-`));
     const two = this.chance(0.15);
     const sources = [`s${this.seed}a`, `s${this.seed}b`].slice(0, this.int(1, 2));
-    const base = { unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
+    // Ice in every two-cache seed (the concurrent writers) and in some others: a run of 500 seeds stays near its old time.
+    if (!two && !this.chance(0.4)) this.full = SINKS.filter((s) => s !== ICE_SINK);
+    const base = { sinks: this.full, unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
     // One Iceberg table for the scenario: a second cache writes to it too.
     const iceDir = join(dir, 'ice');
     const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, iceDir, prefix: `sim/${this.seed}` }));
@@ -860,6 +882,7 @@ class Scenario {
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentPg());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentIce());
     if (this.chance(0.35)) planned.push(() => this.episodePg());
+    if (this.chance(0.25)) planned.push(() => this.episodeIce());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
     const plan = new Map<number, () => Promise<WorkerOp | undefined>>();
