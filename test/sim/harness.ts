@@ -33,13 +33,14 @@ import * as pw from 'parquet-wasm/node';
 import { readStored } from '../../fixtures/receiver/server.js';
 import { encodeSegment } from '../../kernel/store/segments.js';
 import { FAULT_POINTS } from '../../kernel/fault.js';
+import { ICE_SINK, iceDiffer, type IceRows, readIce, readIceWithIcebird } from './ice.js';
 import { cacheIdOf, localRecord, PG_SINK, pgRejected, pgRows, pgWatermark, REFUSE_MARK, watermarkDisagrees } from './pg.js';
 import type { World } from './world.js';
 import type { IngestPart, WorkerOp } from './worker.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const WORKER = join(ROOT, 'test/sim/worker.ts');
-export const SINKS = ['files', 'lake', 'central', PG_SINK] as const;
+export const SINKS = ['files', 'lake', 'central', PG_SINK, ICE_SINK] as const;
 export type SinkName = (typeof SINKS)[number];
 const SEQ = '_hyp_ingest_seq';
 
@@ -52,6 +53,8 @@ export const POINTS_BY_OP: Record<string, string[]> = {
   'export lake': starting('export.', 's3.'),
   'export central': starting('export.'),
   [`export ${PG_SINK}`]: starting('export.', 'postgres.'),
+  // The Iceberg writer's own points, and local-fs's under each of its puts (data files, manifests, the metadata version).
+  [`export ${ICE_SINK}`]: starting('export.', 'iceberg.', 'localfs.'),
   retention: starting('retention.'),
   compact: starting('compact.'),
 };
@@ -302,9 +305,11 @@ export interface ScenarioOptions {
   readonly pgUrl?: string;
   /** `keys.time` of the blob sinks (files, lake): one blob per day or hour of a unit. @ref LLP 0048 */
   readonly timeKeys?: 'day' | 'hour';
+  /** The ice sink's local-fs dir (default `ice` beside the config): the caches of a scenario share one, so one table. */
+  readonly iceDir?: string;
 }
 
-/** A config with the `events` dataset and (up to) four sinks: files (local-fs), lake (S3), central (forward), pg (postgres). */
+/** A config with the `events` dataset and (up to) five sinks: files (local-fs), lake (S3), central (forward), pg (postgres), ice (Iceberg over local-fs). */
 export async function writeScenarioConfig(dir: string, world: World, o: ScenarioOptions): Promise<string> {
   const unit = (s: SinkName) => ({ maxRows: o.unitRowsBySink?.[s] ?? o.unitRows });
   const keys = o.timeKeys ? { keys: { time: o.timeKeys } } : {};
@@ -353,6 +358,15 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
         statementTimeoutMs: 20_000,
         retry: { attempts: 3, baseMs: 5, maxMs: 20 },
       },
+    },
+    [ICE_SINK]: {
+      writer: '@hypsink/format-iceberg',
+      destination: '@hypsink/local-fs',
+      datasets: ['events'],
+      unit: unit(ICE_SINK),
+      config: { dir: o.iceDir ?? 'ice' },
+      // Small row groups: a unit's data file has several (the default would make each one).
+      writerConfig: { rowGroupRows: o.rowGroupRows ?? 65_536 },
     },
   };
   const config = {
@@ -708,6 +722,11 @@ export class CacheView {
     return this.opts.sinks ?? SINKS;
   }
 
+  /** The ice sink's table (`<iceDir>/events`, shared by the caches of a scenario). */
+  get iceTable(): string {
+    return join(resolve(this.dir, this.opts.iceDir ?? 'ice'), 'events');
+  }
+
   /** The cache's id: the pg sink's `writer` (known once the cache was opened). */
   async writer(): Promise<string | undefined> {
     this.writerId ??= await cacheIdOf(join(this.dir, 'cache'));
@@ -842,6 +861,13 @@ export async function checkDestinations(
         if (unrefused.length) problems.push(`${where}: rows ${unrefused.slice(0, 5)} are in the dead letter, but the table takes them`);
         const bad = watermarkDisagrees(writer ? await pgWatermark(world, writer, p.source) : null, await localRecord(join(dir, 'state'), p.source), p.intent === null);
         if (bad) problems.push(`${where}: ${bad}`);
+      } else if (sink.name === ICE_SINK) {
+        const table = join(dir, 'ice', 'events');
+        const rows = await readIce(table);
+        const theirs = await readIceWithIcebird(table, rows.version);
+        const differ = iceDiffer(rows, theirs);
+        if (differ) problems.push(`${where}: icebird and our read disagree: ${differ}`);
+        delivered = [...(theirs.bySource.get(p.source) ?? [])];
       } else if (sink.name === 'files') {
         for (const f of await walk(join(dir, 'exports', 'events', `source=${seg}`), '.parquet')) delivered.push(...((await readParquetFile(f, false))?.ids ?? []));
       } else if (sink.name === 'lake') {
@@ -864,6 +890,9 @@ export async function checkDestinations(
     }
   }
 }
+
+/** Ice tables whose version hint named an older version than the newest after a clean run (readers that walk forward still find the head). */
+export const iceStaleHints = { count: 0 };
 
 const firstIds = (ids: number[]) => ids.slice(0, 5).join(',') + (ids.length > 5 ? ',…' : '');
 
@@ -913,7 +942,59 @@ export class Oracle {
   private async delivered(view: CacheView, sink: string, source: string): Promise<Counts> {
     if (sink === 'central') return this.central(source);
     if (sink === PG_SINK) return (await this.pgFacts(view, source)).delivered;
+    if (sink === ICE_SINK) return this.iceDelivered(view, source, await readIce(view.iceTable));
     return view.delivered(this.world, sink as 'files' | 'lake', source);
+  }
+
+  /** The ice table's rows of a source that this cache was sent (the table may hold another cache's too). */
+  private iceDelivered(view: CacheView, source: string, rows: IceRows): Counts {
+    const mine = this.ledger.counts(view.name, source);
+    const out: Counts = new Map();
+    for (const id of rows.bySource.get(source) ?? []) if (mine.has(id)) bump(out, id);
+    return out;
+  }
+
+  /** The ice table holds no row no cache of the scenario was sent for that source (a row under another source is one). */
+  private iceStrays(when: string, table: string, rows: IceRows, problems: Problems): void {
+    for (const [source, ids] of rows.bySource) {
+      const strays = ids.filter((id) => !this.ledger.wasSent(source, id));
+      if (strays.length) problems.add(when, `${ICE_SINK} ${source}: table rows no cache was sent for this source (first ${firstIds(strays)}) in ${table} v${rows.version}`, `${ICE_SINK} ${source} strays`);
+    }
+  }
+
+  /** Our own read of the ice table now; a table that cannot be read is a problem (and holds nothing). */
+  private async iceNow(when: string, view: CacheView, problems: Problems): Promise<IceRows | undefined> {
+    try {
+      const rows = await readIce(view.iceTable);
+      this.iceStrays(when, view.iceTable, rows, problems);
+      return rows;
+    } catch (e) {
+      problems.add(when, `${ICE_SINK}: the table ${view.iceTable} cannot be read: ${(e as Error).message}`, `${ICE_SINK} unreadable`);
+      return undefined;
+    }
+  }
+
+  /**
+   * After the clean run: the table's newest version read by icebird too, which must agree with our read;
+   * the version hint names a version that is there (a hint-trusting reader opens it). Once per table.
+   */
+  private async iceFinal(when: string, view: CacheView, problems: Problems, done: Map<string, IceRows | undefined>): Promise<IceRows | undefined> {
+    if (done.has(view.iceTable)) return done.get(view.iceTable);
+    let out = await this.iceNow(when, view, problems);
+    if (out && out.version > 0) {
+      try {
+        const theirs = await readIceWithIcebird(view.iceTable, out.version);
+        const differ = iceDiffer(out, theirs);
+        if (differ) problems.add(when, `${ICE_SINK} v${out.version}: icebird and our read disagree: ${differ}`);
+        out = theirs;
+      } catch (e) {
+        problems.add(when, `${ICE_SINK}: icebird cannot read ${view.iceTable} v${out.version}: ${(e as Error).message}`);
+      }
+      if (!(out.hint >= 1 && out.hint <= out.version)) problems.add(when, `${ICE_SINK}: version-hint.text names ${out.hint}, the newest version is v${out.version}`);
+      else if (out.hint < out.version) iceStaleHints.count++;
+    }
+    done.set(view.iceTable, out);
+    return out;
   }
 
   /**
@@ -1020,6 +1101,9 @@ export class Oracle {
           const facts = await this.pgFacts(view, p.source);
           await this.pgCheck(when, view, p, facts, problems, false);
           d = facts.delivered;
+        } else if (sink.name === ICE_SINK) {
+          const rows = await this.iceNow(when, view, problems);
+          d = rows ? this.iceDelivered(view, p.source, rows) : new Map();
         } else d = await this.delivered(view, sink.name, p.source);
         this.overDelivery(when, sink.name === 'central' ? `central ${p.source}` : where, p.source, d, this.owed(view, sink.name, p.source), problems);
       }
@@ -1031,6 +1115,7 @@ export class Oracle {
     const when = `after the clean run${label}`;
     const centralGap = new Map<string, number>();
     const perView: { view: CacheView; sink: string; source: string; delivered: Counts; gap: number; reset: boolean }[] = [];
+    const iceRead = new Map<string, IceRows | undefined>();
     for (let i = 0; i < this.views.length; i++) {
       const view = this.views[i]!;
       const st = statuses[i] ?? { sinks: [] };
@@ -1051,6 +1136,9 @@ export class Oracle {
             const facts = await this.pgFacts(view, p.source);
             await this.pgCheck(when, view, p, facts, problems, p.intent === null);
             delivered = facts.delivered;
+          } else if (sink.name === ICE_SINK) {
+            const rows = await this.iceFinal(when, view, problems, iceRead);
+            delivered = rows ? this.iceDelivered(view, p.source, rows) : new Map();
           } else delivered = await this.delivered(view, sink.name, p.source);
           perView.push({ view, sink: sink.name, source: p.source, delivered, gap: p.gapRows, reset });
           if (sink.name === 'central') continue;

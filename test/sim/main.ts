@@ -4,6 +4,7 @@
  * `npm run sim:soak` runs seeds until stopped (Ctrl-C) and reports the count.
  */
 import { parseArgs } from 'node:util';
+import { iceStaleHints } from './harness.js';
 import { newWorker, runSeed, type SeedResult } from './seed.js';
 import { startWorld } from './world.js';
 
@@ -59,7 +60,8 @@ async function main(): Promise<void> {
   const secs = ((Date.now() - t0) / 1000).toFixed(1);
   const cpu = process.cpuUsage();
   process.stdout.write(
-    `sim: ${results.length} seeds run, ${failed} failed, ${crashes} crashes, ${secs} s (driver CPU ${((cpu.user + cpu.system) / 1e6).toFixed(1)} s)\n`,
+    `sim: ${results.length} seeds run, ${failed} failed, ${crashes} crashes, ${secs} s (driver CPU ${((cpu.user + cpu.system) / 1e6).toFixed(1)} s)` +
+      `${iceStaleHints.count ? `; ${iceStaleHints.count} ice tables ended with a stale version hint` : ''}\n`,
   );
   process.exitCode = failed ? 1 : 0;
 }

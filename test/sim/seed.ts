@@ -13,8 +13,10 @@
  * mid-COPY, before COMMIT, COMMIT's answer lost, after N bytes, idle ones
  * dropped, slow), crashes at its points, rows the table refuses (seeds whose
  * number is a multiple of 3), and the second cache exporting to the same table
- * at the same time from a second process. The oracle (harness.ts) checks after
- * every step and after the clean run. @ref LLP 0043
+ * at the same time from a second process. The Iceberg sink (ice) meets crashes
+ * at its points, and both caches of a two-cache seed commit to its one table at
+ * the same time, each from its own process (two writer identities). The oracle
+ * (harness.ts) checks after every step and after the clean run. @ref LLP 0043
  */
 import { promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -44,6 +46,7 @@ import {
   type Worker,
   writeScenarioConfig,
 } from './harness.js';
+import { forgetIce, ICE_SINK } from './ice.js';
 import { PG_SINK } from './pg.js';
 import type { World } from './world.js';
 import type { WorkerOp } from './worker.js';
@@ -87,6 +90,8 @@ interface Side {
 /** A step's operation: a worker op, or the host sending `n` fresh rows of a source. */
 type SimOp = WorkerOp | { op: 'send'; source: string; n: number };
 const died = (a: Answer) => 'died' in a;
+/** The Iceberg writer's points, from the data files to the version hint. */
+const ICE_POINTS = POINTS_BY_OP[`export ${ICE_SINK}`]!.filter((p) => p.startsWith('iceberg.'));
 const BLOB: readonly ('files' | 'lake')[] = ['files', 'lake'];
 
 class Scenario {
@@ -117,6 +122,8 @@ class Scenario {
   notes: string[] = [];
   /** Ingests of the first cache the second one has not had yet: it gets the same shapes (sizes, parts), so its seqs and units line up. */
   mirror: { source: string; sizes: number[] }[] = [];
+  /** The sinks of this seed's config (ice in some seeds only: it costs the most per unit). */
+  full: readonly SinkName[] = SINKS;
 
   constructor(
     readonly seed: number,
@@ -383,7 +390,7 @@ class Scenario {
         return undefined;
       });
     }
-    if (!this.absent && view.sinks.length === SINKS.length) {
+    if (!this.absent && view.sinks.length === this.full.length) {
       choices.push(async () => {
         const sink = this.pick(view.sinks);
         if (this.move?.sink === sink || !(await this.hasWatermarks(view, sink))) return undefined;
@@ -438,9 +445,9 @@ class Scenario {
       if (pending === 0) return undefined;
       if (pending <= unit) at = 1;
     }
-    // On pg, half the crashes at its own points: a unit copied but not committed, or committed but not recorded.
-    const own = op.op === 'export' && op.sink === PG_SINK && this.chance(0.5);
-    const point = own ? this.pick(['postgres.afterCopy', 'postgres.afterCommit']) : this.pick(points);
+    // On pg and ice, half the crashes at their own points: a unit copied but not committed, or committed but not recorded.
+    const own = op.op === 'export' && (op.sink === PG_SINK || op.sink === ICE_SINK) && this.chance(0.5);
+    const point = !own ? this.pick(points) : op.sink === PG_SINK ? this.pick(['postgres.afterCopy', 'postgres.afterCommit']) : this.pick(ICE_POINTS);
     this.armed++;
     const action = this.chance(0.3) ? 'throw' : 'kill';
     this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''}`);
@@ -496,7 +503,7 @@ class Scenario {
   /** A sink left out of the config while retention runs, then brought back. */
   async episodeAbsent(): Promise<WorkerOp | undefined> {
     const view = this.cur;
-    if (this.absent || view.sinks.length < SINKS.length) return undefined;
+    if (this.absent || view.sinks.length < this.full.length) return undefined;
     // Not a sink whose moved destination the operator has yet to decide about.
     const sink = this.pick(view.sinks.filter((s) => s !== this.move?.sink));
     const source = this.pick(view.sources);
@@ -586,6 +593,63 @@ class Scenario {
     await this.oracle.step(this.label, other, status, this.problems, !status);
     await there.worker.release();
     return { op: 'export', sink: PG_SINK };
+  }
+
+  /**
+   * Both caches export ice at the same time, each from its own process (its
+   * own cache id, so its own writer identity), into the one Iceberg table:
+   * their commits race for each next metadata version. Rows in the same shapes
+   * first, often more than a unit of them (several commits each), maybe a
+   * crash of one of them at an Iceberg point (or an export point).
+   */
+  async episodeConcurrentIce(): Promise<WorkerOp | undefined> {
+    const other = this.views.find((v) => v !== this.cur);
+    if (!other || !this.cur.sinks.includes(ICE_SINK) || !other.sinks.includes(ICE_SINK)) return undefined;
+    const here: Side = { view: this.cur, worker: this.worker };
+    const there: Side = { view: other, worker: this.worker.partner() };
+    this.note(`open cache ${other.name} in a second process`);
+    await there.worker.use(other.configPath);
+    const [first, second] = this.views[0] === here.view ? [here, there] : [there, here];
+    for (const source of this.cur.sources) await this.on(first, () => this.ingestFresh(source, this.int(4, 60), this.int(1, 2)));
+    await this.on(second, () => this.applyMirror());
+    let armed: Side | undefined;
+    if (this.armed < 2 && this.chance(0.5)) {
+      armed = this.pick([here, there]);
+      const point = this.pick([...ICE_POINTS, 'export.afterShip', 'export.afterIntent']);
+      const action = this.chance(0.25) ? 'throw' : 'kill';
+      const at = this.chance(0.3) ? 2 : 1;
+      this.armed++;
+      this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''} in cache ${armed.view.name}'s process`);
+      await armed.worker.send({ op: 'arm', point, at, action });
+    }
+    this.note(`export ${ICE_SINK} in both processes at once`);
+    const answers = await Promise.all([here, there].map((x) => x.worker.send({ op: 'export', sink: ICE_SINK })));
+    [here, there].forEach((x, i) => {
+      if (died(answers[i]!)) this.note(`cache ${x.view.name}'s process died`);
+    });
+    if (armed && !died(answers[[here, there].indexOf(armed)]!)) await armed.worker.send({ op: 'disarm' });
+    // The other cache's checks on its own process (not restarted for them if it died), then its cache is let go.
+    const st = died(answers[1]!) ? undefined : await there.worker.send({ op: 'status' });
+    const status = st && ok(st) ? (st as { status?: StatusFacts }).status : undefined;
+    await this.oracle.step(this.label, other, status, this.problems, !status);
+    await there.worker.release();
+    return { op: 'export', sink: ICE_SINK };
+  }
+
+  /** Rows for ice (more than a unit, often), then its export crashes at an Iceberg point (or throws there). */
+  async episodeIce(): Promise<WorkerOp | undefined> {
+    if (!this.cur.sinks.includes(ICE_SINK) || this.armed >= 1) return undefined;
+    const unit = this.cur.opts.unitRowsBySink?.[ICE_SINK] ?? this.cur.opts.unitRows;
+    await this.ingestFresh(this.pick(this.cur.sources), this.int(1, 2 * unit), this.int(1, 2));
+    const point = this.pick(ICE_POINTS);
+    const action = this.chance(0.3) ? 'throw' : 'kill';
+    // The data file point is hit after each file and once more after the last: a second hit is often there.
+    const at = this.chance(0.3) ? 2 : 1;
+    this.armed++;
+    this.episodeArmed = true;
+    this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''}`);
+    await this.worker.send({ op: 'arm', point, at, action });
+    return { op: 'export', sink: ICE_SINK };
   }
 
   /** Rows for pg, then its export meets a connection fault, and now and then a crash at a postgres point. @ref LLP 0043 */
@@ -784,11 +848,15 @@ class Scenario {
     const dir = await mkdtemp(join(tmpdir(), `hypsink-sim-${this.seed}-`));
     const two = this.chance(0.15);
     const sources = [`s${this.seed}a`, `s${this.seed}b`].slice(0, this.int(1, 2));
-    const base = { unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
-    const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, prefix: `sim/${this.seed}` }));
+    // Ice in every two-cache seed (the concurrent writers) and in some others: a run of 500 seeds stays near its old time.
+    if (!two && !this.chance(0.4)) this.full = SINKS.filter((s) => s !== ICE_SINK);
+    const base = { sinks: this.full, unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
+    // One Iceberg table for the scenario: a second cache writes to it too.
+    const iceDir = join(dir, 'ice');
+    const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, iceDir, prefix: `sim/${this.seed}` }));
     this.views.push(a);
     if (two) {
-      const b = this.oracle.add(new CacheView('b', join(dir, 'b'), sources, { ...base, prefix: `sim/${this.seed}b` }));
+      const b = this.oracle.add(new CacheView('b', join(dir, 'b'), sources, { ...base, iceDir, prefix: `sim/${this.seed}b` }));
       this.views.push(b);
     }
     for (const v of this.views) {
@@ -812,7 +880,9 @@ class Scenario {
     if (this.chance(0.25)) planned.push(() => this.episodeDamage());
     if (two) planned.push(() => this.episodeSwitch());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentPg());
+    if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentIce());
     if (this.chance(0.35)) planned.push(() => this.episodePg());
+    if (this.chance(0.25)) planned.push(() => this.episodeIce());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
     const plan = new Map<number, () => Promise<WorkerOp | undefined>>();
@@ -910,6 +980,7 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
   if (dir && s.problems.length === 0) {
     await rm(dir, { recursive: true, force: true });
     forgetDecoded(dir);
+    forgetIce(dir);
   } else if (dir) s.problems.add('', `state kept in ${dir}`);
   return {
     seed,
