@@ -18,7 +18,6 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { EVENTS_DATASET, useCredentials } from '../s3-e2e/helpers.js';
-import { anyOf, type FaultRule } from '../support/fault-proxy.js';
 import { type AvroFile, avroFilesOf, checkAvroFiles, fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
 import { STEPS_CHILD, type StepResult } from '../support/kernel.js';
 import { runNode } from '../support/proc.js';
@@ -183,40 +182,6 @@ function rebasedLists(names: readonly string[]): number {
   }).length;
 }
 
-/**
- * S3 never shows an object before its PUT has completed; s3rver does (it
- * streams into the object's file, which a GET finds at once, empty or cut).
- * This front holds a GET or HEAD of a key while a write of that key is under
- * way, so readers see the object whole, as S3 would show it.
- */
-function wholeObjectReads(): FaultRule {
-  const writing = new Map<string, Set<Promise<void>>>();
-  return async (r) => {
-    if (!r.key) return undefined;
-    const id = `${r.bucket}/${r.key}`;
-    if (r.method === 'PUT' || (r.method === 'POST' && r.query.has('uploadId'))) {
-      let done!: () => void;
-      const p = new Promise<void>((res) => {
-        done = res;
-      });
-      const set = writing.get(id) ?? new Set();
-      set.add(p);
-      writing.set(id, set);
-      r.onSettled(() => {
-        set.delete(p);
-        if (set.size === 0 && writing.get(id) === set) writing.delete(id);
-        done();
-      });
-      return undefined;
-    }
-    if (r.method === 'GET' || r.method === 'HEAD') {
-      const set = writing.get(id);
-      if (set) await Promise.all([...set]);
-    }
-    return undefined;
-  };
-}
-
 describe('many writers, one Iceberg table', { concurrency: false }, () => {
   test(`${WRITERS} processes on local disk (one shared config.dir)`, { timeout: 600_000 }, async () => {
     const root = tempDir('hypsink-ice-many-');
@@ -246,7 +211,6 @@ describe('many writers, one Iceberg table', { concurrency: false }, () => {
     useCredentials();
     const root = tempDir('hypsink-ice-many-s3-');
     const c = await startConditionalS3();
-    c.proxy.setRule(anyOf(wholeObjectReads(), c.ifNoneMatch));
     try {
       const runs = await runWriters(root, {
         destination: '@hypsink/s3',

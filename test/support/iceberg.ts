@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { GetObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import avro from 'avsc';
 import { icebergMetadata, icebergRead } from 'icebird';
-import { type FaultProxy, enforceIfNoneMatch, startFaultProxy } from './fault-proxy.js';
+import { type FaultProxy, type FaultRule, anyOf, enforceIfNoneMatch, startFaultProxy } from './fault-proxy.js';
 import { type TestS3Server, startS3Server } from './s3server.js';
 
 // ---------------------------------------------------------------- serveDir
@@ -782,14 +782,48 @@ export interface ConditionalS3 {
 }
 
 /**
- * s3rver behind a fault proxy that enforces `If-None-Match: *` on PutObject and
+ * S3 never shows an object before its PUT has completed; s3rver does (it
+ * streams into the object's file, which a GET finds at once, empty or cut).
+ * This front holds a GET or HEAD of a key while a write of that key is under
+ * way, so readers see the object whole, as S3 would show it.
+ */
+export function wholeObjectReads(): FaultRule {
+  const writing = new Map<string, Set<Promise<void>>>();
+  return async (r) => {
+    if (!r.key) return undefined;
+    const id = `${r.bucket}/${r.key}`;
+    if (r.method === 'PUT' || (r.method === 'POST' && r.query.has('uploadId'))) {
+      let done!: () => void;
+      const p = new Promise<void>((res) => {
+        done = res;
+      });
+      const set = writing.get(id) ?? new Set();
+      set.add(p);
+      writing.set(id, set);
+      r.onSettled(() => {
+        set.delete(p);
+        if (set.size === 0 && writing.get(id) === set) writing.delete(id);
+        done();
+      });
+      return undefined;
+    }
+    if (r.method === 'GET' || r.method === 'HEAD') {
+      const set = writing.get(id);
+      if (set) await Promise.all([...set]);
+    }
+    return undefined;
+  };
+}
+
+/**
+ * s3rver behind a fault proxy that holds reads of a key being written (wholeObjectReads) and enforces `If-None-Match: *` on PutObject and
  * CompleteMultipartUpload atomically per key (enforceIfNoneMatch), as AWS S3
  * does: of N concurrent creates of one key, one 200 and N-1 412. Add faults with
  * `proxy.setRule(anyOf(yourRule, ifNoneMatch))` using the returned `ifNoneMatch`.
  */
-export async function startConditionalS3(opts: { buckets?: readonly string[] } = {}): Promise<ConditionalS3 & { ifNoneMatch: ReturnType<typeof enforceIfNoneMatch> }> {
+export async function startConditionalS3(opts: { buckets?: readonly string[] } = {}): Promise<ConditionalS3 & { ifNoneMatch: FaultRule }> {
   const s3 = await startS3Server({ buckets: opts.buckets ?? ['lake'] });
-  const ifNoneMatch = enforceIfNoneMatch((b, k) => s3.objectExists(b, k));
+  const ifNoneMatch = anyOf(wholeObjectReads(), enforceIfNoneMatch((b, k) => s3.objectExists(b, k)));
   const proxy = await startFaultProxy({ target: s3.endpoint, rule: ifNoneMatch });
   return {
     s3,
