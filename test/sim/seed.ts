@@ -849,7 +849,7 @@ class Scenario {
     const two = this.chance(0.15);
     const sources = [`s${this.seed}a`, `s${this.seed}b`].slice(0, this.int(1, 2));
     // Ice in every two-cache seed (the concurrent writers) and in some others: a run of 500 seeds stays near its old time.
-    if (!two && !this.chance(0.4)) this.full = SINKS.filter((s) => s !== ICE_SINK);
+    if (!two && !this.chance(0.25)) this.full = SINKS.filter((s) => s !== ICE_SINK);
     const base = { sinks: this.full, unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
     // One Iceberg table for the scenario: a second cache writes to it too.
     const iceDir = join(dir, 'ice');
