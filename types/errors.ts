@@ -11,6 +11,10 @@ export const ERROR_CODES = {
     exit: 1,
     hint: 'The named file is damaged: restore it from a backup or move it aside; hypsink will not guess its contents.',
   },
+  HYPSINK_ERR_CONFLICT: {
+    exit: 1,
+    hint: 'The destination holds other rows under this unit\'s name: the cache was likely copied or restored. Run "hypsink status" for the evidence and "hypsink identity --help" to decide; nothing was counted as delivered.',
+  },
   HYPSINK_ERR_LOCKED: { exit: 1, hint: 'Another process holds the lock named; wait for it or stop it.' },
   HYPSINK_ERR_DESTINATION: { exit: 1, hint: 'The destination refused the unit; see the message, fix, and export again.' },
   HYPSINK_ERR_RETRYABLE: { exit: 1, hint: 'A passing fault; the partition will be retried on the next tick.' },

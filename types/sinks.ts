@@ -19,6 +19,16 @@ export interface Unit {
   /** The unit's stable identity (blob key, batch id), fixed in the intent before shipping. */
   readonly id: string;
   /**
+   * The digest of exactly what ships (its rows in order, with the columns and
+   * transforms fixed by the intent), fixed in the intent with `id`: `u1-` and
+   * 43 base64url characters. Record it with the unit where the destination
+   * keeps its ledger, and when a unit with this id (or range) is already there,
+   * call it committed only if its recorded digest is this one: the same label
+   * with another digest is other rows (a copied or restored cache), to be
+   * refused with `unitConflict`, never counted as delivered. @ref LLP 0054
+   */
+  readonly digest: string;
+  /**
    * Rows planned for this unit, counted before the ship: a unit advances only
    * when exactly these rows were read whole (the kernel checks). @ref LLP 0018
    */
@@ -141,6 +151,15 @@ export interface HeldUnit {
   countRows?(): Promise<number>;
   /** Where it is, for messages (a path, an s3:// URL), without secrets. */
   readonly where?: string;
+  /**
+   * The unit digest recorded with it when it was shipped (`Unit.digest`), when
+   * the reader knows it without another request (a ledger row, a table's
+   * snapshot summary); null: recorded without one. `hypsink verify` compares it
+   * with the cache's rows. @ref LLP 0054
+   */
+  readonly digest?: string | null;
+  /** The recorded digest, read on demand (an object's metadata); null: none recorded. */
+  readDigest?(): Promise<string | null>;
 }
 
 /** A stored blob as a listing shows it: its key (as given to `putIfAbsent`) and size. @ref LLP 0037 */
@@ -169,6 +188,33 @@ export interface PutResult {
   /** false when the key already existed: the unit had committed before. */
   readonly created: boolean;
   readonly bytes: number;
+  /**
+   * With `created: false`: the unit digest recorded with the blob already at
+   * the key (null: it was put without one). The blob sink refuses a key that
+   * holds another unit's digest. Absent: the destination records none.
+   * @ref LLP 0054
+   */
+  readonly digest?: string | null;
+}
+
+/** How a blob is put (`BlobDestination.putIfAbsent`). */
+export interface PutOptions {
+  readonly contentType: string;
+  readonly signal: AbortSignal;
+  /**
+   * A key already there is answered `created: false` whatever it holds, never
+   * compared with the body (a table commit that lost the race for a name to
+   * another writer reads what is there itself). Without it a destination that
+   * can compare may refuse a key holding other bytes.
+   */
+  readonly exclusive?: boolean;
+  /**
+   * The unit digest to record with the blob (`Unit.digest`), kept where the
+   * destination keeps what it committed (an object's metadata, a commit
+   * record) and returned as `PutResult.digest` when the key is found taken.
+   * @ref LLP 0054
+   */
+  readonly digest?: string;
 }
 
 /**
@@ -176,13 +222,7 @@ export interface PutResult {
  * overwrites, and a partial upload is never visible under the key.
  */
 export interface BlobDestination {
-  /**
-   * `exclusive`: a key already there is answered `created: false` whatever it
-   * holds, never compared with the body (a table commit that lost the race for
-   * a name to another writer reads what is there itself). Without it a
-   * destination that can compare may refuse a key holding other bytes.
-   */
-  putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal; exclusive?: boolean }): Promise<PutResult>;
+  putIfAbsent(key: string, body: BlobBody, opts: PutOptions): Promise<PutResult>;
   /** Human-readable location of a key, for logs and status (no secrets). */
   describe(key: string): string;
   /**
@@ -213,6 +253,8 @@ export interface BlobDestination {
    * link. With `read`, it makes the sink verifiable. @ref LLP 0037
    */
   list?(prefix: string, opts: { signal: AbortSignal }): AsyncIterable<ListedBlob>;
+  /** The unit digest recorded with a committed blob (`PutOptions.digest`); null: none. @ref LLP 0054 */
+  digestOf?(key: string, opts: { signal: AbortSignal }): Promise<string | null>;
   /** Bytes `[offset, offset + length)` of a committed blob (fewer only past its end). @ref LLP 0037 */
   read?(key: string, range: { offset: number; length: number }, opts: { signal: AbortSignal }): Promise<Uint8Array>;
   /**

@@ -14,9 +14,10 @@
  * @ref LLP 0048: time-partitioned keys
  */
 import type { RecordBatch } from 'apache-arrow';
+import { unitConflict } from '../../types/content.js';
 import { HypsinkError } from '../../types/errors.js';
 import type { Row } from '../../types/schema.js';
-import type { BlobDestination, ConnectionCheckOptions, Encoder, HeldUnit, NdjsonChunk, ShipResult, TableFormat, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
+import type { BlobDestination, ConnectionCheckOptions, Encoder, HeldUnit, NdjsonChunk, PutResult, ShipResult, TableFormat, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import { fault } from '../fault.js';
 import { encodeSegment } from '../store/segments.js';
@@ -88,7 +89,7 @@ export function parseBlobKey(p: PartitionRef, key: string): { since: string; unt
  * @ref LLP 0048
  */
 async function* blobInventory(encoder: Encoder, destination: BlobDestination, p: PartitionRef, signal: AbortSignal): AsyncIterable<HeldUnit> {
-  const segmented = new Map<string, { since: string; until: string; counts: (() => Promise<number>)[] | null }>();
+  const segmented = new Map<string, { since: string; until: string; counts: (() => Promise<number>)[] | null; readDigest?: () => Promise<string | null> }>();
   for await (const b of destination.list!(`${p.key}/`, { signal })) {
     const k = parseBlobKey(p, b.key);
     if (!k) continue; // not a unit's name: nothing this sink wrote
@@ -96,13 +97,16 @@ async function* blobInventory(encoder: Encoder, destination: BlobDestination, p:
       encoder.countRows && destination.read && k.ext === encoder.extension
         ? () => encoder.countRows!({ bytes: b.bytes, read: (offset, length) => destination.read!(b.key, { offset, length }, { signal }) })
         : undefined;
+    // The digest recorded with the blob, read on demand (LLP 0054).
+    const digest = destination.digestOf ? { readDigest: () => destination.digestOf!(b.key, { signal }) } : {};
     if (!k.grain) {
-      yield { id: b.key, since: k.since, until: k.until, where: destination.describe(b.key), ...(count ? { countRows: count } : {}) };
+      yield { id: b.key, since: k.since, until: k.until, where: destination.describe(b.key), ...(count ? { countRows: count } : {}), ...digest };
       continue;
     }
     // The unit's id, as unitId made it; its blobs are gathered before it is handed out.
     const id = segmentedId(p, { v: 1, seq: k.since }, { v: 1, seq: k.until }, k.ext, k.grain);
-    const u = segmented.get(id) ?? { since: k.since, until: k.until, counts: [] };
+    // Every blob of a segmented unit records the unit's digest: the first one found stands for it.
+    const u = segmented.get(id) ?? { since: k.since, until: k.until, counts: [], ...digest };
     u.counts = u.counts && count ? [...u.counts, count] : null;
     segmented.set(id, u);
   }
@@ -115,8 +119,29 @@ async function* blobInventory(encoder: Encoder, destination: BlobDestination, p:
           return n;
         }
       : undefined;
-    yield { id, since: u.since, until: u.until, where: destination.describe(id), ...(countRows ? { countRows } : {}) };
+    yield { id, since: u.since, until: u.until, where: destination.describe(id), ...(countRows ? { countRows } : {}), ...(u.readDigest ? { readDigest: u.readDigest } : {}) };
   }
+}
+
+/**
+ * A key found taken holds this unit only if the digest recorded with it is the
+ * unit's: another digest is other rows under this unit's name (a copied or
+ * restored cache), refused. A blob put without a digest (before digests, or a
+ * destination that records none) is taken by its label, as before.
+ * @ref LLP 0054
+ */
+function sameUnit(unit: Unit, put: PutResult, where: string): void {
+  if (put.created || put.digest === undefined || put.digest === null || put.digest === unit.digest) return;
+  const since = unit.since?.seq ?? null;
+  throw unitConflict({
+    sink: unit.sink,
+    partition: unit.partition,
+    since,
+    until: unit.until.seq,
+    digest: unit.digest,
+    held: { since, until: unit.until.seq, digest: put.digest },
+    where,
+  });
 }
 
 /** A shipper whose every ship is checked against the unit's reads: the kernel's own blob sinks. */
@@ -140,7 +165,9 @@ export function blobShipper(encoder: Encoder, destination: BlobDestination, limi
       const put = await destination.putIfAbsent(unit.id, reads.guard(encoder.encode(unit)), {
         contentType: encoder.contentType,
         signal: unit.signal,
+        digest: unit.digest,
       });
+      sameUnit(unit, put, destination.describe(unit.id));
       return { rows: reads.planned, bytes: put.bytes, duplicate: !put.created };
     },
     close: () => destination.close(),
@@ -305,7 +332,8 @@ async function shipByTime(encoder: Encoder, destination: BlobDestination, unit: 
   const put = async (b: Bucket, expect: ReadonlySet<Bucket> | null) => {
     const view = bucketView(unit, col, grain, b, expect);
     const key = blobKey(unit.partition, since, unit.until, encoder.extension, timeSegment(grain, b));
-    const r = await destination.putIfAbsent(key, reads.guard(encoder.encode(view.unit)), { contentType: encoder.contentType, signal: unit.signal });
+    const r = await destination.putIfAbsent(key, reads.guard(encoder.encode(view.unit)), { contentType: encoder.contentType, signal: unit.signal, digest: unit.digest });
+    sameUnit(unit, r, destination.describe(key));
     bytes += r.bytes;
     if (r.created) created++;
     return view.learned();

@@ -30,6 +30,7 @@ import type { BoundChain, TransformChain } from '../transform/index.js';
 import type { GuardedShipper } from './blob.js';
 import { keepRefused } from './rejected.js';
 import type { SinkState } from './states.js';
+import { unitDigest } from './digest.js';
 import { buildUnit, type Prefetch, rangeText, readBatches, readNdjson, type Refused, type SeqRuns, UnitReads, type UnitSource } from './unit.js';
 import type { Intent, WatermarkRecord, WatermarkStore } from './watermarks.js';
 
@@ -169,6 +170,8 @@ export async function exportPartition(
   };
   /** What an intent records of the transforms it is shipped through. */
   const shaped = sink.transforms.identity ? { transforms: sink.transforms.identity } : {};
+  /** The digest of a unit planned now, of the dataset's columns through the sink's transforms. @ref LLP 0054 */
+  const digestOf = (since: bigint, until: string) => unitDigest(env.cache, p, since, until, schema.columns, sink.transforms.identity);
 
   /** A request sink gets its next unit's body (NDJSON, or batches) read while the current one ships. @ref LLP 0047 */
   const prefetch = sink.kind === 'request';
@@ -182,7 +185,8 @@ export async function exportPartition(
     const plan = await planAhead(env, p, schema, since, limits);
     if (!plan) return null;
     const until = cont(plan.until);
-    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until), rows: plan.rows, columns: schema.columns, ...shaped };
+    const digest = await digestOf(BigInt(cur.until), until.seq);
+    const intent: Intent = { since: cur.until, until: until.seq, unit: sink.shipper.unitId(p, cont(cur.until), until), rows: plan.rows, columns: schema.columns, ...shaped, digest };
     // The intent needs only the plan: its durable write and the body's read run together.
     const writing = write({ ...logical(), intent: cur, next: intent });
     writing.catch(() => undefined); // awaited below
@@ -221,6 +225,7 @@ export async function exportPartition(
         }
       }
       const until = cont(facts.plan.until);
+      const digest = await digestOf(seqOf(base.continuation), until.seq);
       open = {
         since: base.continuation?.seq ?? null,
         until: until.seq,
@@ -229,6 +234,8 @@ export async function exportPartition(
         rows: facts.plan.rows,
         columns: schema.columns,
         ...shaped,
+        // What ships, fixed with the label: a retry that finds other rows here is refused. @ref LLP 0054
+        digest,
         // The watermark stepped over a gap since the last unit shipped: say where that one ended.
         ...(base.shippedUntil !== undefined ? { prior: base.shippedUntil } : {}),
       };
@@ -250,7 +257,7 @@ export async function exportPartition(
     const look = sink.kind === 'request' && !halved && (queued !== null || !stopping()) ? lookAhead(open, queued) : null;
     look?.catch(() => undefined); // awaited below, on every path
     try {
-      shipped = await shipUnit(env, sink, sourceOf(open), open, pre ?? undefined);
+      shipped = await shipUnit(env, sink, sourceOf(open), open, recovered.has(open.unit), pre ?? undefined);
     } catch (e) {
       await look?.catch(() => undefined);
       if ((e as { tooLarge?: boolean }).tooLarge) {
@@ -418,6 +425,8 @@ async function shipUnit(
   sink: SinkRuntime,
   u: UnitSource,
   intent: Intent,
+  /** Read back from disk: its digest is computed again from the cache and must be the recorded one. */
+  recovered: boolean,
   pre?: Prefetch,
 ): Promise<{ result: ShipResult; seen: SeqRuns; refused: readonly Refused[] }> {
   const p = u.p;
@@ -429,8 +438,9 @@ async function shipUnit(
   // An intent recorded before intents were held from the hard cap may have lost every row:
   // nothing to ship, no empty blob; the advance counts them as a gap.
   if (planned === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [], refused: [] };
+  const digest = await recordedDigest(env, sink, u, intent, recovered);
   const reads = new UnitReads(planned, sink.name, rangeText(p, intent.since, intent.until));
-  const unit = buildUnit(u, sink.name, intent, reads, env.signal, pre);
+  const unit = buildUnit(u, sink.name, intent, digest, reads, env.signal, pre);
   const result = sink.kind === 'blob' ? await (sink.shipper as GuardedShipper).shipGuarded(unit, reads) : await sink.shipper.ship(unit);
   // A unit the destination already had was shipped whole before (its reads were checked then).
   if (!result.duplicate) reads.check();
@@ -442,4 +452,23 @@ async function shipUnit(
     reads.check();
   }
   return { result: { ...result, rows: planned }, seen: reads.seen, refused: reads.refused ?? [] };
+}
+
+/**
+ * The digest a unit ships under: the one recorded with its intent, checked
+ * against the cache's rows when the intent was read back from disk (a cache
+ * restored under its state dir reads other rows for the range); computed now
+ * for an intent recorded before digests existed.
+ * @ref LLP 0054
+ */
+async function recordedDigest(env: ExportEnv, sink: SinkRuntime, u: UnitSource, intent: Intent, recovered: boolean): Promise<string> {
+  if (intent.digest !== undefined && !recovered) return intent.digest;
+  const now = await unitDigest(env.cache, u.p, seqOf(sinceOf(intent)), intent.until, u.schema.columns, intent.transforms ?? '');
+  if (intent.digest === undefined || intent.digest === now) return now;
+  throw new HypsinkError(
+    'HYPSINK_ERR_CONFLICT',
+    `sink "${sink.name}": ${rangeText(u.p, intent.since, intent.until)} (id ${intent.unit}) was recorded with digest ${intent.digest}, but the cache now holds other rows for it (digest ${now}): ` +
+      `the cache's data was replaced under its sink state (a restored backup, a copied folder) after the unit was recorded, and the unit may already be delivered with the recorded rows. Nothing was shipped. ` +
+      `Run "hypsink status" for the evidence; "hypsink identity --copy" gives this cache its own identity, so that its rows export under it`,
+  );
 }

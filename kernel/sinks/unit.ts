@@ -196,7 +196,7 @@ export async function readBatches(u: UnitSource, since: bigint, until: string, s
 }
 
 /** The Unit a shipper is handed for `intent`, every read of it counted by `reads`. */
-export function buildUnit(u: UnitSource, sink: string, intent: Intent, reads: UnitReads, signal: AbortSignal, pre?: Prefetch): Unit {
+export function buildUnit(u: UnitSource, sink: string, intent: Intent, digest: string, reads: UnitReads, signal: AbortSignal, pre?: Prefetch): Unit {
   const since = intent.since === null ? null : cont(intent.since);
   const until = cont(intent.until);
   const lo = since ? BigInt(since.seq) : -1n;
@@ -215,6 +215,7 @@ export function buildUnit(u: UnitSource, sink: string, intent: Intent, reads: Un
     since,
     until,
     id: intent.unit,
+    digest,
     plannedRows: reads.planned,
     prior: intent.prior !== undefined ? (intent.prior === null ? null : cont(intent.prior)) : since,
     signal,

@@ -47,6 +47,12 @@ export interface Intent {
    * @ref LLP 0049
    */
   readonly transforms?: string;
+  /**
+   * The unit's digest (LLP 0054), fixed when it was planned: a retry that reads
+   * other rows from the cache for this range is refused. Absent in intents
+   * written before it existed (computed when the unit is finished).
+   */
+  readonly digest?: string;
 }
 
 export interface WatermarkRecord {
@@ -92,10 +98,12 @@ const badColumns = (i: Intent) =>
     i.columns.length > 0 &&
     i.columns.every((c) => typeof c?.name === 'string' && COLUMN_TYPES.includes(c.type) && typeof c.nullable === 'boolean')
   );
-/** A recorded unit's own fields (its count, columns, prior or transforms) are malformed. */
+/** A recorded unit's own fields (its count, columns, prior, transforms or digest) are malformed. */
 const badPrior = (i: Intent) => i.prior !== undefined && i.prior !== null && !isDecimalSeq(i.prior);
 const badTransforms = (i: Intent) => i.transforms !== undefined && (typeof i.transforms !== 'string' || i.transforms === '');
-const badUnit = (i: Intent) => (i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0)) || badColumns(i) || badPrior(i) || badTransforms(i);
+const badDigest = (i: Intent) => i.digest !== undefined && !(typeof i.digest === 'string' && /^u1-[A-Za-z0-9_-]{43}$/.test(i.digest));
+const badUnit = (i: Intent) =>
+  (i.rows !== undefined && !(Number.isSafeInteger(i.rows) && i.rows >= 0)) || badColumns(i) || badPrior(i) || badTransforms(i) || badDigest(i);
 
 /** Paired assertion, checked before every write and on every read. */
 export function checkRecord(v: unknown): string | null {

@@ -8,17 +8,16 @@
  * @ref LLP 0004: generations, cursor swap and reader leases
  * @ref LLP 0020: compaction keeps every committed row
  */
-import { makeData, RecordBatch, Table } from 'apache-arrow';
+import { type RecordBatch, Table } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
-import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
+import type { DatasetSchema } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
-import { buildUtf8, ROW_ID_COLUMN } from './columns.js';
 import { writeDataFile } from '../flush/commit.js';
-import { rowId } from '../flush/decorate.js';
+import { conformWithRowIds } from './legacy-ids.js';
 import { type FileEntry, manifestRows, writeManifest } from './manifest.js';
 import { ParquetReader, scratchCounters } from './parquet.js';
 import type { PartitionStore } from './partition.js';
-import { conform, nextManifest, startGeneration } from './rewrite.js';
+import { nextManifest, startGeneration } from './rewrite.js';
 
 export interface CompactResult {
   readonly partition: PartitionRef;
@@ -57,7 +56,7 @@ export async function compactPartition(
     try {
       for (let g = 0; g < reader.numRowGroups; g++) {
         for (const raw of await reader.readRowGroup(g)) {
-          pending.push(withRowIds(store.ref, conform(raw, schema.columns), raw.getChild(ROW_ID_COLUMN) === null));
+          pending.push(conformWithRowIds(store.ref, raw, schema.columns));
           pendingRows += raw.numRows;
           if (pendingRows >= fileRows) await emit();
         }
@@ -74,21 +73,4 @@ export async function compactPartition(
   await writeManifest(store.manifestPath(to), next);
   await store.swapTo(to, 'compact');
   return { partition: store.ref, generation: to, rowsBefore: manifestRows(manifest), rowsAfter: manifestRows(next) };
-}
-
-/** A legacy row's id hashes its JSON text as one column. */
-const LEGACY_ROW: readonly ColumnSpec[] = [{ name: 'row', type: 'JSON', nullable: false }];
-
-/** Legacy rows carry no row id: derive one from their values, as every other row has one. */
-function withRowIds(p: PartitionRef, b: RecordBatch, legacy: boolean): RecordBatch {
-  if (!legacy) return b;
-  const ids: string[] = [];
-  for (let i = 0; i < b.numRows; i++) {
-    const row = b.get(i)?.toJSON() ?? {};
-    ids.push(rowId(p, LEGACY_ROW, [JSON.stringify(row, (_k, v) => (typeof v === 'bigint' ? v.toString() : v))]));
-  }
-  const children = b.schema.fields.map((f) =>
-    f.name === ROW_ID_COLUMN ? buildUtf8(ids) : b.getChild(f.name)!.data[0]!,
-  );
-  return new RecordBatch(b.schema, makeData({ type: b.data.type, length: b.numRows, nullCount: 0, children }));
 }

@@ -4,7 +4,7 @@
  * statistics without being opened; a read with nothing new opens no data file.
  * @ref LLP 0003: seq-stat pruning
  */
-import { type Data, Field, makeData, RecordBatch, Schema, Struct, type Vector } from 'apache-arrow';
+import { type Data, Field, makeData, RecordBatch, Schema, Struct, type Utf8, type Vector } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema, Row } from '../../types/schema.js';
 import type {
@@ -20,7 +20,8 @@ import type {
   TableRef,
 } from '../../types/storage.js';
 import { isDecimalSeq } from '../io/durable.js';
-import { arrowType, buildColumn, SEQ_COLUMN, toRowValue } from './columns.js';
+import { arrowType, buildColumn, ROW_ID_COLUMN, SEQ_COLUMN, toRowValue } from './columns.js';
+import { conformWithRowIds } from './legacy-ids.js';
 import { effSeq, type FileEntry, manifestHighWater, manifestRows } from './manifest.js';
 import { ParquetReader } from './parquet.js';
 import type { PartitionStore, Snapshot } from './partition.js';
@@ -186,7 +187,9 @@ export class CacheStorage implements StorageService {
     opts: ReadSinceOptions | undefined,
     cols: readonly ColumnSpec[],
     reuse = false,
-  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[] }> {
+    /** Also hand out each row's id (`_hyp_cache_row_id`), for a unit's digest. @ref LLP 0054 */
+    withIds = false,
+  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[]; ids?: Data<Utf8> }> {
     const snap = await store.snapshot();
     try {
       const b = bounds(opts, snap);
@@ -194,7 +197,7 @@ export class CacheStorage implements StorageService {
       let prev = NO_SINCE;
       for (const f of snap.manifest.files) {
         if (!overlaps(f.minSeq, f.maxSeq, b.lo, b.hi)) continue;
-        yield* this.scanFile(`${snap.dir}/${f.name}`, f, b, cols, reuse, (first, last) => {
+        yield* this.scanFile(`${snap.dir}/${f.name}`, f, b, cols, reuse, withIds, store.ref, (first, last) => {
           // Paired assertion: rows come out in seq order (legacy rows share 0).
           if (first < prev || (first === prev && first !== 0n)) {
             throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${store.dir}/${f.name}: seq ${first} read after ${prev}`);
@@ -213,16 +216,20 @@ export class CacheStorage implements StorageService {
     b: { lo: bigint; hi: bigint },
     cols: readonly ColumnSpec[],
     reuse: boolean,
+    withIds: boolean,
+    p: PartitionRef,
     order: (first: bigint, last: bigint) => void,
-  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[] }> {
+  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[]; ids?: Data<Utf8> }> {
     const groups = f.rowGroups.flatMap((rg, i) => (overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi) ? [i] : []));
     if (groups.length === 0) return;
-    // Only the columns asked for and the seq: row ids and batch ids are never decoded here.
-    const wanted = [...cols.map((c) => c.name), SEQ_COLUMN];
+    // Only the columns asked for and the seq (and the row id for a digest); batch ids are never decoded here.
+    const wanted = [...cols.map((c) => c.name), SEQ_COLUMN, ...(withIds ? [ROW_ID_COLUMN] : [])];
     const file = new LazyFile(path, f, this.counters);
     try {
       for (const g of groups) {
-        for (const raw of await this.readGroup(file, g, wanted, reuse)) {
+        for (let raw of await this.readGroup(file, g, wanted, reuse)) {
+          // A legacy file has no row ids: they are derived from the whole row, as compaction derives them.
+          if (withIds && raw.getChild(ROW_ID_COLUMN) === null) raw = await this.legacyIds(file, g, p, raw);
           const seqVec = raw.getChild(SEQ_COLUMN);
           const start = upperBound(seqVec, raw.numRows, b.lo);
           const end = upperBound(seqVec, raw.numRows, b.hi);
@@ -236,12 +243,22 @@ export class CacheStorage implements StorageService {
           }
           order(seqs[0]!, seqs[seqs.length - 1]!);
           this.counters.rowsRead += seqs.length;
-          yield { batch: project(raw.slice(start, end), cols), seqs };
+          const slice = raw.slice(start, end);
+          const ids = withIds ? (slice.getChild(ROW_ID_COLUMN)?.data[0] as Data<Utf8> | undefined) : undefined;
+          yield { batch: project(slice, cols), seqs, ...(ids ? { ids } : {}) };
         }
       }
     } finally {
       file.close();
     }
+  }
+
+  /** A legacy row group read whole, its row ids derived from each row's values (compaction's rule). */
+  private async legacyIds(file: LazyFile, g: number, p: PartitionRef, raw: RecordBatch): Promise<RecordBatch> {
+    const whole = await (await file.open()).readRowGroup(g);
+    const rows = whole.reduce((n, x) => n + x.numRows, 0);
+    if (rows !== raw.numRows || whole.length !== 1) throw new HypsinkError('HYPSINK_ERR_CORRUPT', `${file.path}: row group ${g} reads as ${rows} rows whole, ${raw.numRows} by column`);
+    return conformWithRowIds(p, whole[0]!, this.host.schema(p.dataset).columns);
   }
 
   /**

@@ -126,6 +126,7 @@ export function makeUnit(spec: UnitSpec): Unit & { readCount(): number } {
     prior: since,
     until,
     id: spec.id ?? spec.shipper.unitId(spec.partition, since, until),
+    digest: `u1-${'A'.repeat(43)}`,
     plannedRows: spec.rows.length,
     async *rows() {
       reads++;

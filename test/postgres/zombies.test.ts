@@ -66,7 +66,7 @@ function twoShippers(w: PgWorkspace, k: Hypsink) {
     const id = shippers[0].unitId(p, since === null ? null : cont(since), cont(until));
     assert.equal(id, shippers[1].unitId(p, since === null ? null : cont(since), cont(until)), 'one identity');
     const intent = { since, until, unit: id, rows };
-    return buildUnit({ cache: k.cache, p, schema: k.cache.schema('events'), chain: null }, 'warehouse', intent, new UnitReads(rows, 'warehouse', id), new AbortController().signal);
+    return buildUnit({ cache: k.cache, p, schema: k.cache.schema('events'), chain: null }, 'warehouse', intent, `u1-${'A'.repeat(43)}`, new UnitReads(rows, 'warehouse', id), new AbortController().signal);
   };
   return { shippers, unit };
 }
