@@ -1,17 +1,18 @@
 /**
  * A unit's digest: what makes its label (cache id, partition, `(since, until]`)
  * an identity of its content. It hashes, in seq order, every row's seq and its
- * row id (the content hash flush stamped on it), with the columns the unit was
- * planned with and the identity of the sink's transforms: the shipped rows are
- * a pure function of those, so two units with one digest ship the same rows.
- * It reads two columns, never decodes the user's, and does not depend on how
- * files or row groups cut the range (compaction moves rows between them).
+ * row id (the content hash flush stamped on it from the row's column bytes).
+ * What ships is a pure function of those rows and of the columns and
+ * transforms the intent fixes (and refuses to change), so two units with one
+ * digest ship the same rows, and verify can compute a held unit's digest
+ * without knowing the columns or transforms it shipped with. It reads two
+ * columns, never decodes the user's, and does not depend on how files or row
+ * groups cut the range (compaction moves rows between them).
  * @ref LLP 0054: a unit's digest
  */
 import { createHash, type Hash } from 'node:crypto';
 import type { Data, Utf8 } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
-import type { ColumnSpec } from '../../types/schema.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache.js';
 import { HASH128_CHARS } from '../flush/hash128.js';
@@ -45,11 +46,8 @@ function feedIds(h: Hash, ids: Data<Utf8>): void {
   }
 }
 
-/**
- * The digest of `(since, until]` of `p` as a sink with transforms `transforms`
- * ships it with `columns`: `u1-` and 43 base64url characters (SHA-256).
- */
-export async function unitDigest(cache: Cache, p: PartitionRef, since: bigint, until: string, columns: readonly ColumnSpec[], transforms: string): Promise<string> {
+/** The digest of the rows of `p` in `(since, until]`: `u1-` and 43 base64url characters (SHA-256). */
+export async function unitDigest(cache: Cache, p: PartitionRef, since: bigint, until: string): Promise<string> {
   const seqs = createHash('sha256');
   const ids = createHash('sha256');
   let rows = 0;
@@ -69,7 +67,7 @@ export async function unitDigest(cache: Cache, p: PartitionRef, since: bigint, u
     rows += b.seqs.length;
   }
   const h = createHash('sha256');
-  h.update(`hypsink-unit/${DIGEST_SCHEME}\u0000${p.key}\u0000${JSON.stringify(columns)}\u0000${transforms}\u0000${rows}\u0000`);
+  h.update(`hypsink-unit/${DIGEST_SCHEME}\u0000${p.key}\u0000${rows}\u0000`);
   h.update(seqs.digest());
   h.update(ids.digest());
   return `${DIGEST_SCHEME}-${h.digest('base64url')}`;

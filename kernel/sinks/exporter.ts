@@ -170,8 +170,8 @@ export async function exportPartition(
   };
   /** What an intent records of the transforms it is shipped through. */
   const shaped = sink.transforms.identity ? { transforms: sink.transforms.identity } : {};
-  /** The digest of a unit planned now, of the dataset's columns through the sink's transforms. @ref LLP 0054 */
-  const digestOf = (since: bigint, until: string) => unitDigest(env.cache, p, since, until, schema.columns, sink.transforms.identity);
+  /** The digest of a unit planned now. @ref LLP 0054 */
+  const digestOf = (since: bigint, until: string) => unitDigest(env.cache, p, since, until);
 
   /** A request sink gets its next unit's body (NDJSON, or batches) read while the current one ships. @ref LLP 0047 */
   const prefetch = sink.kind === 'request';
@@ -463,7 +463,7 @@ async function shipUnit(
  */
 async function recordedDigest(env: ExportEnv, sink: SinkRuntime, u: UnitSource, intent: Intent, recovered: boolean): Promise<string> {
   if (intent.digest !== undefined && !recovered) return intent.digest;
-  const now = await unitDigest(env.cache, u.p, seqOf(sinceOf(intent)), intent.until, u.schema.columns, intent.transforms ?? '');
+  const now = await unitDigest(env.cache, u.p, seqOf(sinceOf(intent)), intent.until);
   if (intent.digest === undefined || intent.digest === now) return now;
   throw new HypsinkError(
     'HYPSINK_ERR_CONFLICT',
