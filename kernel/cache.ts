@@ -9,7 +9,8 @@ import { HypsinkError, isHypsinkError } from '../types/errors.js';
 import { type DatasetSchema, PARTITION_COLUMN } from '../types/schema.js';
 import type { PartitionRef, TableRef } from '../types/storage.js';
 import { fault } from './fault.js';
-import { exists, fsyncDir, readdirOrEmpty, readJsonFile, writeJsonAtomic, writeNewFileDurable } from './io/durable.js';
+import { createJsonOnce, exists, fsyncDir, readdirOrEmpty, readJsonFile, writeJsonAtomic } from './io/durable.js';
+import { type CopyEvidence, checkHome, settleHome } from './identity.js';
 import { ProcessLock } from './io/lock.js';
 import { KeyedMutex } from './mutex.js';
 import { SeqAllocator } from './flush/allocator.js';
@@ -131,8 +132,50 @@ export class Cache {
     await mkdirs(join(opts.root, 'spools'));
     await renameCacheNamesV1(opts.root, Object.keys(opts.datasets));
     const cache = new Cache(opts.root, opts.datasets, opts);
-    cache.id = await cacheId(opts.root);
+    const file = await cacheFile(opts.root);
+    cache.id = file.id;
+    cache.copiedFrom = file.copiedFrom ?? null;
+    // Before any seq is handed out: a copy's fork seq must not include rows of its own. @ref LLP 0055
+    cache.copied = await checkHome(opts.root, async () => (await cache.allocator.readReserved()).toString());
     return cache;
+  }
+
+  /** The cache this one was copied from and the fork seq, once `identity --copy` gave it its own identity. */
+  copiedFrom: CacheFile['copiedFrom'] | null = null;
+
+  /**
+   * What a blob key of this cache carries so that a copy's keys never meet the
+   * original's (blob keys name no cache id): '' for a cache never copied, else
+   * 8 characters of its id. @ref LLP 0055
+   */
+  get copyTag(): string {
+    return this.copiedFrom ? this.id.replace(/-/g, '').slice(0, 8) : '';
+  }
+
+  /** Set when this cache was opened away from its home (a suspected copy); exports stop until `identity` settles it. */
+  copied: CopyEvidence | null = null;
+
+  /**
+   * Give this cache its own identity (`hypsink identity --copy`): a new id,
+   * recording the one it was copied from and the fork seq. Its sinks' state is
+   * moved to the fork by the caller. @ref LLP 0055
+   */
+  async renew(forkSeq: string): Promise<{ from: string; to: string }> {
+    const from = this.id;
+    const to = randomUUID();
+    const copiedFrom = { id: from, forkSeq, at: new Date().toISOString() };
+    await writeJsonAtomic(join(this.root, 'cache.json'), { v: 1, id: to, copiedFrom } satisfies CacheFile);
+    await settleHome(this.root);
+    this.id = to;
+    this.copiedFrom = copiedFrom;
+    this.copied = null;
+    return { from, to };
+  }
+
+  /** The original stopped (a moved folder, a migrated host): this is the cache's home now. */
+  async settle(): Promise<void> {
+    await settleHome(this.root);
+    this.copied = null;
   }
 
   /** This cache's stable id (`cache.json`), made once when the cache is first opened. @ref LLP 0021 */
@@ -525,26 +568,17 @@ export class Cache {
 interface CacheFile {
   v: 1;
   id: string;
+  /**
+   * Set by `hypsink identity --copy`: the id this cache was copied from, and the
+   * fork seq (seqs at or below it are the original's to export). @ref LLP 0055
+   */
+  copiedFrom?: { id: string; forkSeq: string; at: string };
 }
+const checkCacheFile = (v: unknown) => ((v as CacheFile)?.v === 1 && /^[0-9a-f-]{36}$/.test((v as CacheFile).id) ? null : 'expected {"v":1,"id":"<uuid>"}');
 
 /** The id in `<root>/cache.json`, written once (create-if-absent: two first openers agree on one). */
-async function cacheId(root: string): Promise<string> {
+async function cacheFile(root: string): Promise<CacheFile> {
   const path = join(root, 'cache.json');
-  const check = (v: unknown) => ((v as CacheFile)?.v === 1 && /^[0-9a-f-]{36}$/.test((v as CacheFile).id) ? null : 'expected {"v":1,"id":"<uuid>"}');
-  const found = await readJsonFile<CacheFile>(path, check, 'cache id file');
-  if (found) return found.id;
-  // Written whole aside, then linked in: a reader never sees it half-written, and the first link wins.
-  const temp = `${path}.${process.pid}-${randomUUID()}.tmp`;
-  await writeNewFileDurable(temp, `${JSON.stringify({ v: 1, id: randomUUID() } satisfies CacheFile)}\n`);
-  try {
-    await fsp.link(temp, path);
-    await fsyncDir(root);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-  } finally {
-    await fsp.rm(temp, { force: true });
-  }
-  const made = await readJsonFile<CacheFile>(path, check, 'cache id file');
-  if (!made) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `cache id file ${path} vanished right after it was written`);
-  return made.id;
+  const found = await readJsonFile<CacheFile>(path, checkCacheFile, 'cache id file');
+  return found ?? (await createJsonOnce<CacheFile>(path, { v: 1, id: randomUUID() }, checkCacheFile, 'cache id file'));
 }

@@ -25,6 +25,8 @@ import { type BuildEnv, buildSink, checkSinkPlugins, refuseSharedRoots } from '.
 import { type ConnectionCheck, checkConnection } from './sinks/connect.js';
 import { SinkDriver, type PartitionReport, type TickReport } from './sinks/driver.js';
 import { prunedForAll, type SinkRuntime } from './sinks/exporter.js';
+import { type CopyEvidence, evidenceText, type Home, homeOf } from './identity.js';
+import { isDecimalSeq } from './io/durable.js';
 import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
 import { type SinkVerify, type VerifyReport, verifySink } from './sinks/verify.js';
 import { renameStateNamesV1 } from './store/segments-v1.js';
@@ -107,8 +109,8 @@ export class Hypsink {
     for (const spec of c.plugins) await host.load(spec);
     const sinks = new Map<string, SinkEntry>();
     const tickRequests = new TickRequests();
-    const id = { value: undefined as string | undefined };
-    const env: BuildEnv = { loaded, log, host, cacheId: () => id.value, requestTick: (s) => tickRequests.request(s) };
+    const opened: { cache?: Cache } = {};
+    const env: BuildEnv = { loaded, log, host, cacheId: () => opened.cache?.id, copyTag: () => opened.cache?.copyTag ?? '', requestTick: (s) => tickRequests.request(s) };
     // Each sink's plugins must provide its role (by their plugin.json); the sink is built, its
     // plugins' code loaded, when a command first exports it. @ref LLP 0025
     for (const [name, sc] of Object.entries(c.sinks)) {
@@ -125,7 +127,7 @@ export class Hypsink {
     });
     // Before any sink state is read: a watermark named under the first name rule would not be found.
     await renameStateNamesV1(loaded.stateDir, Object.keys(c.sinks), Object.keys(c.datasets));
-    id.value = cache.id;
+    opened.cache = cache;
     return new Hypsink(loaded, cache, log, hooks, sinks, env, tickRequests);
   }
 
@@ -222,7 +224,7 @@ export class Hypsink {
       const s = await this.sink(n);
       sinks.push(await this.driver.quiesce([s.state], () => verifySink(this.cache, s, this.signal), 'verify'));
     }
-    return { ok: sinks.every((s) => s.findings.length === 0), sinks };
+    return { ok: sinks.every((s) => s.findings.length === 0), sinks, copy: this.cache.copied ? evidenceText(this.cache.copied) : null };
   }
 
   /**
@@ -442,7 +444,63 @@ export class Hypsink {
       if (extra.length === 0) continue;
       absent.push({ name: h.state.name, configured: configured !== undefined, datasets: extra, partitions: await this.partitionsOf(h.state, extra) });
     }
-    return { sinks, absent };
+    return { sinks, absent, copy: this.cache.copied ? evidenceText(this.cache.copied) : null };
+  }
+
+  /** Where the cache is and whether it looks like a copy (`hypsink identity`). @ref LLP 0055 */
+  async identity(): Promise<IdentityReport> {
+    return { id: this.cache.id, copiedFrom: this.cache.copiedFrom ?? null, copy: this.cache.copied, home: await homeOf(this.cache.root) };
+  }
+
+  /**
+   * The original stopped (a moved folder, a migrated host): clear the copy
+   * evidence and keep the identity. @ref LLP 0055
+   */
+  async identityMoved(): Promise<void> {
+    await this.cache.settle();
+  }
+
+  /**
+   * Give this cache its own identity (`hypsink identity --copy`). Rows at or
+   * below the fork seq are the original's: every sink that holds rows (configured
+   * or on disk) moves its watermark of every partition up to the fork, counting
+   * them as not its to deliver; rows above it then export under the new id
+   * (unit ids and blob keys of their own), exactly once. Every sink's export
+   * lock is held meanwhile. @ref LLP 0055
+   */
+  async identityCopy(opts: { forkSeq?: string } = {}): Promise<IdentityCopyReport> {
+    const fork = opts.forkSeq ?? this.cache.copied?.forkSeq;
+    if (fork === undefined) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_USAGE',
+        `cache ${this.cache.root} shows no evidence of being a copy (it is where it was made), so hypsink cannot tell which of its rows are its own`,
+        { hint: 'Name the last seq the original may hold: "hypsink identity --copy --fork-seq N" (rows at or below N are left to the original; "hypsink status" shows each partition\'s watermark and high water).' },
+      );
+    }
+    if (!isDecimalSeq(fork)) throw new HypsinkError('HYPSINK_ERR_USAGE', `--fork-seq ${JSON.stringify(fork)} is not a seq (a decimal integer)`);
+    const holders = await this.holders();
+    const sinks: IdentityCopyReport['sinks'] = [];
+    const from = this.cache.id;
+    const renewed = await this.driver.quiesce(
+      holders.map((h) => h.state),
+      async () => {
+        for (const h of holders) {
+          let partitions = 0;
+          let rows = 0;
+          for (const ds of h.datasets) {
+            if (!(ds in this.loaded.config.datasets)) continue;
+            for (const p of await this.cache.listPartitions(ds)) {
+              rows += await handOver(this.cache, h.state, p, fork);
+              partitions++;
+            }
+          }
+          sinks.push({ sink: h.state.name, partitions, rows });
+        }
+        return this.cache.renew(fork);
+      },
+      'identity',
+    );
+    return { from, to: renewed.to, forkSeq: fork, sinks };
   }
 
   /**
@@ -523,6 +581,56 @@ async function* ndjsonLines(rows: Iterable<Record<string, unknown>> | AsyncItera
   for await (const row of rows) yield `${JSON.stringify(row)}\n`;
 }
 
+/** `hypsink identity`: the cache's id, what it was copied from, the copy evidence and where it is now. */
+export interface IdentityReport {
+  readonly id: string;
+  readonly copiedFrom: { id: string; forkSeq: string; at: string } | null;
+  readonly copy: CopyEvidence | null;
+  readonly home: Home;
+}
+
+/** What `hypsink identity --copy` did: the ids, the fork, and per sink the partitions moved and rows left to the original. */
+export interface IdentityCopyReport {
+  readonly from: string;
+  readonly to: string;
+  readonly forkSeq: string;
+  readonly sinks: { sink: string; partitions: number; rows: number }[];
+}
+
+/**
+ * Move one sink's watermark of `p` up to the fork: the rows between are the
+ * original's, counted in `baseRows`. Its chain under the new identity starts
+ * at the higher of the two (`handedOver`). An open unit at or below the fork
+ * is the original's too (it finishes it); one reaching above is this copy's
+ * and must be exported first. Returns the rows left to the original.
+ */
+async function handOver(cache: Cache, state: SinkState, p: PartitionRef, fork: string): Promise<number> {
+  const found = await state.watermarks.find(p);
+  const rec = found ?? { ...state.watermarks.empty(p), baseRows: await prunedForAll(cache, p) };
+  const w = rec.continuation ? BigInt(rec.continuation.seq) : -1n;
+  const open = [rec.intent, rec.next ?? null].find((i) => i !== null && BigInt(i.until) > BigInt(fork));
+  if (open) {
+    throw new HypsinkError(
+      'HYPSINK_ERR_CONFLICT',
+      `sink "${state.name}": its open unit (${open.since ?? 'start'}, ${open.until}] of ${p.dataset}/source=${p.source} reaches above the fork seq ${fork}, so it holds rows of this copy's own under the old identity; nothing was changed`,
+      { hint: 'Export that sink once (the unit finishes under the old identity), then run "hypsink identity --copy" again; or choose a fork seq at or above the unit\'s until.' },
+    );
+  }
+  const above = w >= BigInt(fork);
+  const rows = above ? 0 : await cache.storage.countRowsSince(p, { since: rec.continuation, until: { v: 1, seq: fork } });
+  const { shippedUntil: _gone, ...kept } = rec;
+  const to = above ? rec.continuation : { v: 1 as const, seq: fork };
+  await state.watermarks.write(p, rec, {
+    ...(above ? rec : kept),
+    continuation: to,
+    intent: above ? rec.intent : null,
+    next: above ? (rec.next ?? null) : null,
+    baseRows: (rec.baseRows ?? 0) + rows,
+    handedOver: to!.seq,
+  });
+  return rows;
+}
+
 /** What `hypsink forget` shows before it drops anything. */
 export interface ForgetPlan {
   readonly sink: string;
@@ -568,6 +676,8 @@ export interface AbsentSinkStatus {
 export interface StatusReport {
   sinks: SinkStatus[];
   absent: AbsentSinkStatus[];
+  /** The evidence that this cache is a copy of another, in words; null when it is where it was made. @ref LLP 0055 */
+  copy?: string | null;
 }
 
 /** Prompt-tick requests from sinks, for whoever schedules ticks (the daemon); dropped when nobody listens. */

@@ -305,6 +305,34 @@ export function buildProgram(io: Out = stdio): Command {
     });
 
   program
+    .command('identity')
+    .description("this cache's identity, and whether it looks like a copy of another (a cloned image or host, a restored backup); with --moved or --copy, say what it is (LLP 0055)")
+    .option('--moved', 'the original no longer runs (the folder was moved, the host migrated): keep the identity here')
+    .option('--copy', "both run, or this is a restored backup whose later history reached the destinations: give this cache its own identity; rows up to the fork seq are left to the original")
+    .option('--fork-seq <seq>', 'with --copy: the last seq the original may hold (default: the one recorded when the copy was first seen)')
+    .option('--json', 'print as JSON')
+    .option('--config <file>', 'config file')
+    .action(async (o: { moved?: boolean; copy?: boolean; forkSeq?: string; json?: boolean }, cmd: Command) => {
+      if (o.moved && o.copy) throw new HypsinkError('HYPSINK_ERR_USAGE', '--moved and --copy say opposite things: give one');
+      if (o.forkSeq !== undefined && !o.copy) throw new HypsinkError('HYPSINK_ERR_USAGE', '--fork-seq goes with --copy');
+      await withKernel(cmd, async (k) => {
+        const { identityText } = await import('./identity-text.js');
+        if (o.copy) {
+          const r = await k.identityCopy(o.forkSeq !== undefined ? { forkSeq: o.forkSeq } : {});
+          io.out(o.json ? JSON.stringify(r) : identityText.copied(r));
+          return;
+        }
+        if (o.moved) {
+          await k.identityMoved();
+          io.out(o.json ? JSON.stringify(await k.identity()) : identityText.moved(await k.identity()));
+          return;
+        }
+        const r = await k.identity();
+        io.out(o.json ? JSON.stringify(r) : identityText.show(r));
+      });
+    });
+
+  program
     .command('validate')
     .description('check the config as an export would: every sink built (its plugins, environment variables and own config); nothing exported')
     .option('--config <file>', 'config file')

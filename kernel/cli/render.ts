@@ -175,7 +175,9 @@ export function statusTable(s: StatusReport, maxWidth = terminalWidth()): string
     return `${what}, but its watermarks hold ${held} row(s) back from retention; run "hypsink forget ${a.name}${a.configured ? ` --dataset <d>` : ''}" to see what forgetting it drops`;
   });
   const wrap = (n: string) => (Number.isFinite(maxWidth) ? wrapText(n, maxWidth) : n);
-  return [fitted.text, ...droppedNote(fitted.dropped, maxWidth, 'hypsink status --json'), ...notes.map(wrap)].join('\n');
+  // A suspected copy says so first: nothing exports until the operator decides. @ref LLP 0055
+  const copy = s.copy ? [`${s.copy}; exports are stopped: run "hypsink identity" to decide`] : [];
+  return [...copy.map(wrap), fitted.text, ...droppedNote(fitted.dropped, maxWidth, 'hypsink status --json'), ...notes.map(wrap)].join('\n');
 }
 
 /** What `hypsink forget` drops, said before (or as) it drops it. */

@@ -2,6 +2,7 @@
  * Durable file primitives. Every state file goes through here so that an
  * unreadable one is an error naming the file, never a silent reset.
  */
+import { randomUUID } from 'node:crypto';
 import { constants, promises as fsp } from 'node:fs';
 import { dirname } from 'node:path';
 import writeFileAtomic from 'write-file-atomic';
@@ -79,6 +80,27 @@ export async function writeNewFileDurable(path: string, data: Uint8Array | strin
     await fh.close();
   }
   await fsyncDir(dirname(path));
+}
+
+/**
+ * Create a JSON file once: written whole aside, then linked in, so a reader
+ * never sees it half-written and of two creators the first link wins. Returns
+ * what is there after (ours, or the winner's), read back through `check`.
+ */
+export async function createJsonOnce<T>(path: string, value: T, check: (v: unknown) => string | null, what: string): Promise<T> {
+  const temp = `${path}.${process.pid}-${randomUUID()}.tmp`;
+  await writeNewFileDurable(temp, `${JSON.stringify(value)}\n`);
+  try {
+    await fsp.link(temp, path);
+    await fsyncDir(dirname(path));
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  } finally {
+    await fsp.rm(temp, { force: true });
+  }
+  const made = await readJsonFile<T>(path, check, what);
+  if (!made) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${what} ${path} vanished right after it was written`);
+  return made;
 }
 
 /** A folder's entries, sorted; none when it does not exist. */

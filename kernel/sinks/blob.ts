@@ -30,9 +30,14 @@ export interface KeyLayout {
 }
 export type TimeGrain = 'day' | 'hour';
 
-export function blobKey(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string, segment?: string): string {
+/**
+ * `tag`: '' for a cache never copied; a copy given its own identity (LLP 0055)
+ * writes `~<tag>` after the range, so that its keys never meet the original's
+ * at a shared destination (the same source, the same seqs).
+ */
+export function blobKey(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string, segment?: string, tag = ''): string {
   const ds = encodeSegment(p.dataset);
-  return `${p.key}/${segment ? `${segment}/` : ''}${ds}.${since?.seq ?? '0'}-${until.seq}.${ext}`;
+  return `${p.key}/${segment ? `${segment}/` : ''}${ds}.${since?.seq ?? '0'}-${until.seq}${tag ? `~${tag}` : ''}.${ext}`;
 }
 
 /**
@@ -53,8 +58,8 @@ export function timeSegment(grain: TimeGrain, bucket: Bucket): string {
 }
 
 /** The unit id of a segmented unit: its blobs' keys with the segments as `*` (a pure function of the range). */
-function segmentedId(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string, grain: TimeGrain): string {
-  return blobKey(p, since, until, ext, grain === 'day' ? 'dt=*' : 'dt=*/hour=*');
+function segmentedId(p: PartitionRef, since: Continuation | null, until: Continuation, ext: string, grain: TimeGrain, tag: string): string {
+  return blobKey(p, since, until, ext, grain === 'day' ? 'dt=*' : 'dt=*/hour=*', tag);
 }
 
 /** A key's time segments: `dt=<day>/`, then `hour=<HH>/` for hour keys. */
@@ -66,7 +71,7 @@ const SEGMENTS = new RegExp(`^dt=(${DAY})/(?:hour=(\\d{2}|${NULL_SEGMENT})/)?`);
  * (any one-word extension: a sink whose writer changed still holds its older units).
  * @ref LLP 0037
  */
-export function parseBlobKey(p: PartitionRef, key: string): { since: string; until: string; ext: string; grain?: TimeGrain } | null {
+export function parseBlobKey(p: PartitionRef, key: string): { since: string; until: string; ext: string; tag: string; grain?: TimeGrain } | null {
   if (!key.startsWith(`${p.key}/`)) return null;
   let rest = key.slice(p.key.length + 1);
   // Time segments (LLP 0048): `dt=<day>/`, then `hour=<HH>/` for hour keys.
@@ -78,8 +83,8 @@ export function parseBlobKey(p: PartitionRef, key: string): { since: string; unt
   }
   const name = `${encodeSegment(p.dataset)}.`;
   if (!rest.startsWith(name)) return null;
-  const m = /^(0|[1-9]\d*)-(0|[1-9]\d*)\.([a-z0-9]+)$/.exec(rest.slice(name.length));
-  return m ? { since: m[1]!, until: m[2]!, ext: m[3]!, ...(grain ? { grain } : {}) } : null;
+  const m = /^(0|[1-9]\d*)-(0|[1-9]\d*)(?:~([0-9a-f]{8}))?\.([a-z0-9]+)$/.exec(rest.slice(name.length));
+  return m ? { since: m[1]!, until: m[2]!, ext: m[4]!, tag: m[3] ?? '', ...(grain ? { grain } : {}) } : null;
 }
 
 /**
@@ -88,11 +93,12 @@ export function parseBlobKey(p: PartitionRef, key: string): { since: string; unt
  * hours) are one held unit, its rows their sum: verify places units, not blobs.
  * @ref LLP 0048
  */
-async function* blobInventory(encoder: Encoder, destination: BlobDestination, p: PartitionRef, signal: AbortSignal): AsyncIterable<HeldUnit> {
+async function* blobInventory(encoder: Encoder, destination: BlobDestination, p: PartitionRef, signal: AbortSignal, tag: string): AsyncIterable<HeldUnit> {
   const segmented = new Map<string, { since: string; until: string; counts: (() => Promise<number>)[] | null; readDigest?: () => Promise<string | null> }>();
   for await (const b of destination.list!(`${p.key}/`, { signal })) {
     const k = parseBlobKey(p, b.key);
     if (!k) continue; // not a unit's name: nothing this sink wrote
+    if (k.tag !== tag) continue; // the original's units, or another copy's (LLP 0055)
     const count =
       encoder.countRows && destination.read && k.ext === encoder.extension
         ? () => encoder.countRows!({ bytes: b.bytes, read: (offset, length) => destination.read!(b.key, { offset, length }, { signal }) })
@@ -104,7 +110,7 @@ async function* blobInventory(encoder: Encoder, destination: BlobDestination, p:
       continue;
     }
     // The unit's id, as unitId made it; its blobs are gathered before it is handed out.
-    const id = segmentedId(p, { v: 1, seq: k.since }, { v: 1, seq: k.until }, k.ext, k.grain);
+    const id = segmentedId(p, { v: 1, seq: k.since }, { v: 1, seq: k.until }, k.ext, k.grain, tag);
     // Every blob of a segmented unit records the unit's digest: the first one found stands for it.
     const u = segmented.get(id) ?? { since: k.since, until: k.until, counts: [], ...digest };
     u.counts = u.counts && count ? [...u.counts, count] : null;
@@ -151,17 +157,25 @@ export interface GuardedShipper extends UnitShipper {
   maintain?(opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string>;
 }
 
-export function blobShipper(encoder: Encoder, destination: BlobDestination, limits: UnitLimits, layout: KeyLayout = {}): GuardedShipper {
+export function blobShipper(
+  encoder: Encoder,
+  destination: BlobDestination,
+  limits: UnitLimits,
+  layout: KeyLayout = {},
+  /** The cache's copy tag (LLP 0055), read when a key is made: the cache opens after its sinks are built. */
+  copyTag: () => string = () => '',
+): GuardedShipper {
   if (encoder.table) return tableShipper(encoder.table, destination, limits);
   const grain = layout.time;
   return {
     limits,
-    unitId: (p, since, until) => (grain ? segmentedId(p, since, until, encoder.extension, grain) : blobKey(p, since, until, encoder.extension)),
+    unitId: (p, since, until) =>
+      grain ? segmentedId(p, since, until, encoder.extension, grain, copyTag()) : blobKey(p, since, until, encoder.extension, undefined, copyTag()),
     ship(unit: Unit): Promise<ShipResult> {
       return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `blob unit ${unit.id}: shipped without the kernel's read guard`));
     },
     async shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult> {
-      if (grain) return shipByTime(encoder, destination, unit, reads, grain);
+      if (grain) return shipByTime(encoder, destination, unit, reads, grain, copyTag());
       const put = await destination.putIfAbsent(unit.id, reads.guard(encoder.encode(unit)), {
         contentType: encoder.contentType,
         signal: unit.signal,
@@ -173,7 +187,7 @@ export function blobShipper(encoder: Encoder, destination: BlobDestination, limi
     close: () => destination.close(),
     // The blob sink's connection check is its destination's (an encoder reaches nothing). @ref LLP 0036
     ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
-    ...(destination.list ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => blobInventory(encoder, destination, p, opts.signal) } : {}),
+    ...(destination.list ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => blobInventory(encoder, destination, p, opts.signal, copyTag()) } : {}),
   };
 }
 
@@ -324,14 +338,14 @@ async function bucketsOf(unit: Unit, reads: UnitReads, col: string, grain: TimeG
  * read learns them instead. The unit advances only once every blob exists.
  * @ref LLP 0048
  */
-async function shipByTime(encoder: Encoder, destination: BlobDestination, unit: Unit, reads: UnitReads, grain: TimeGrain): Promise<ShipResult> {
+async function shipByTime(encoder: Encoder, destination: BlobDestination, unit: Unit, reads: UnitReads, grain: TimeGrain, copyTag: string): Promise<ShipResult> {
   const col = timeColumn(unit);
   let bytes = 0;
   let created = 0;
   const since = unit.since;
   const put = async (b: Bucket, expect: ReadonlySet<Bucket> | null) => {
     const view = bucketView(unit, col, grain, b, expect);
-    const key = blobKey(unit.partition, since, unit.until, encoder.extension, timeSegment(grain, b));
+    const key = blobKey(unit.partition, since, unit.until, encoder.extension, timeSegment(grain, b), copyTag);
     const r = await destination.putIfAbsent(key, reads.guard(encoder.encode(view.unit)), { contentType: encoder.contentType, signal: unit.signal, digest: unit.digest });
     sameUnit(unit, r, destination.describe(key));
     bytes += r.bytes;

@@ -67,6 +67,8 @@ export interface BuildEnv {
   readonly host: PluginHost;
   /** The cache's id: known once the cache is open, after the sinks built at load. */
   readonly cacheId: () => string | undefined;
+  /** The cache's copy tag for blob keys ('' for a cache never copied). @ref LLP 0055 */
+  readonly copyTag: () => string;
   readonly requestTick: (sink: string) => void;
 }
 
@@ -155,7 +157,7 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
         await dest.close();
         throw new HypsinkError('HYPSINK_ERR_CONFIG', `${w}: the table writer ${sc.writer} needs a destination that can get, replace, list and locate blobs, and ${sc.destination} cannot; use @hypsink/local-fs or @hypsink/s3`);
       }
-      shipper = blobShipper(encoder, dest, BLOB_LIMITS, sc.keys);
+      shipper = blobShipper(encoder, dest, BLOB_LIMITS, sc.keys, env.copyTag);
       root = destinationRoot(dest);
       destination = dest.destination ?? (root === undefined ? null : `${sc.destination} ${root}`);
     } else {

@@ -26,6 +26,7 @@ import type { Continuation, PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache.js';
 import { forcedAbove, planUnit, type UnitPlan } from '../store/planner.js';
 import { fault } from '../fault.js';
+import { suspectedCopy } from '../identity.js';
 import type { BoundChain, TransformChain } from '../transform/index.js';
 import type { GuardedShipper } from './blob.js';
 import { keepRefused } from './rejected.js';
@@ -116,6 +117,8 @@ export async function exportPartition(
   onUnit?: (rows: number) => void,
 ): Promise<PartitionOutcome> {
   const out: PartitionOutcome = { rows: 0, bytes: 0, units: 0, gapRows: 0, rejectedRows: 0, waiting: false };
+  // A suspected copy exports nothing until the operator says what it is. @ref LLP 0055
+  if (env.cache.copied) throw suspectedCopy(env.cache.copied, `sink "${sink.name}": ${p.dataset}/source=${p.source}`);
   const store = env.cache.store(p);
   const schema = env.cache.schema(p.dataset);
   // A sink's first record remembers the rows retention had pruned before it came: never its to deliver.

@@ -16,10 +16,11 @@ import type { HeldUnit } from '../../types/sinks.js';
 import { type Continuation, continuation, type PartitionRef } from '../../types/storage.js';
 import type { Cache } from '../cache.js';
 import { forcedAbove } from '../store/planner.js';
+import { unitDigest } from './digest.js';
 import type { SinkRuntime } from './exporter.js';
 import type { Intent } from './watermarks.js';
 
-export type FindingProblem = 'hole' | 'overlap' | 'beyond-watermark' | 'row-count' | 'unreadable' | 'bad-range' | 'no-reader' | 'destination';
+export type FindingProblem = 'hole' | 'overlap' | 'beyond-watermark' | 'row-count' | 'content' | 'unreadable' | 'bad-range' | 'no-reader' | 'destination';
 
 export interface VerifyFinding {
   readonly problem: FindingProblem;
@@ -41,7 +42,10 @@ export interface PartitionVerify {
   units: number;
   /** Units whose row count matched the cache's. */
   rowsChecked: number;
-  notChecked: { pruned: number; uncounted: number };
+  /** Units whose recorded digest matched the cache's rows for their range. @ref LLP 0054 */
+  contentChecked: number;
+  /** Units not checked: rows pruned from the cache; no row count known; no digest recorded with them. */
+  notChecked: { pruned: number; uncounted: number; undigested: number };
   /** Units held that are an open intent's (beyond the watermark, allowed). */
   intents: number;
   /** Holes that are the sink's recorded gap (rows pruned before it had them). */
@@ -61,6 +65,8 @@ export interface SinkVerify {
 export interface VerifyReport {
   readonly ok: boolean;
   readonly sinks: SinkVerify[];
+  /** The evidence that this cache is a copy of another, in words; null when it is where it was made. @ref LLP 0055 */
+  readonly copy?: string | null;
 }
 
 const DECIMAL = /^(0|[1-9]\d*)$/;
@@ -127,7 +133,8 @@ async function verifyPartition(
     watermark: rec.continuation?.seq ?? null,
     units: 0,
     rowsChecked: 0,
-    notChecked: { pruned: 0, uncounted: 0 },
+    contentChecked: 0,
+    notChecked: { pruned: 0, uncounted: 0, undigested: 0 },
     intents: 0,
     gaps: 0,
   };
@@ -161,11 +168,13 @@ async function verifyPartition(
   chain.sort((a, b) => (a.lo < b.lo ? -1 : a.lo > b.lo ? 1 : a.hi < b.hi ? -1 : a.hi > b.hi ? 1 : 0));
 
   // The chain from the start to the watermark. "0" as a first unit's since reads as the start:
-  // a blob key writes the start as 0, and no row has seq 0.
-  let pos = -1n;
+  // a blob key writes the start as 0, and no row has seq 0. A copy given its own identity starts
+  // at its fork: the units below are the original's, under its identity. @ref LLP 0055
+  const start = rec.handedOver !== undefined ? BigInt(rec.handedOver) : -1n;
+  let pos = start;
   let prev: Placed | null = null;
   for (const at of chain) {
-    const first = pos < 0n && at.lo === 0n;
+    const first = pos < 0n && at.lo === 0n && start < 0n;
     const lo = first ? -1n : at.lo;
     if (lo > pos) await hole(pos, lo, prev, at);
     else if (lo < pos && prev) {
@@ -200,6 +209,40 @@ async function verifyPartition(
     // Otherwise the range never held a row of this partition: nothing to hold.
   }
 
+  /**
+   * The digest recorded with a held unit against the cache's rows for its
+   * range: another one is other rows under this unit's name (a copied or
+   * restored cache wrote it). False when it is a finding. @ref LLP 0054
+   */
+  async function contentCheck(at: Placed, since: Continuation | null, until: Continuation): Promise<boolean> {
+    let recorded = at.u.digest;
+    if (recorded === undefined && at.u.readDigest) {
+      try {
+        recorded = await at.u.readDigest();
+      } catch (e) {
+        if (isHypsinkError(e) && (e.code === 'HYPSINK_ERR_AUTH' || e.retryable)) throw e;
+        find('unreadable', at.u.id, `cannot be read back for the digest recorded with it: ${(e as Error).message}`);
+        return false;
+      }
+    }
+    if (recorded === undefined || recorded === null) {
+      out.notChecked.undigested++;
+      return true;
+    }
+    const cached = await unitDigest(cache, p, since ? BigInt(since.seq) : -1n, until.seq);
+    if (recorded === cached) {
+      out.contentChecked++;
+      return true;
+    }
+    find(
+      'content',
+      at.u.id,
+      `holds other rows than the cache holds for its range ${range(since ? BigInt(since.seq) : -1n, at.hi)}: recorded digest ${recorded}, the cache's ${cached}${at.u.where ? ` (${at.u.where})` : ''}; ` +
+        'this cache or a copy of it (same id) wrote other rows under these seqs: see "hypsink identity --help"',
+    );
+    return false;
+  }
+
   async function countCheck(at: Placed, first: boolean, open: boolean): Promise<void> {
     const since = first ? null : cont(at.lo);
     const until = continuation(at.hi);
@@ -213,6 +256,7 @@ async function verifyPartition(
       out.notChecked.pruned++;
       return;
     }
+    if (!(await contentCheck(at, since, until))) return;
     // Rows the sink's transforms refused are in the cache and, by design, not at the destination. @ref LLP 0049
     const refused = await refusedCount(sink.state.dir, p, { since: first ? null : at.lo.toString(), until: at.hi.toString() });
     const cached = (await cache.storage.countRowsSince(p, { since, until })) - refused;
@@ -246,17 +290,21 @@ const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? o
 
 /** The human report: one line per finding, then one summary line per sink. */
 export function verifyText(r: VerifyReport): string {
-  const lines: string[] = [];
+  const lines: string[] = r.copy ? [`${r.copy}; run "hypsink identity" to decide`] : [];
   for (const s of r.sinks) {
     for (const f of s.findings) lines.push(f.partition === null ? `sink "${s.name}": ${f.message}` : `sink "${s.name}": ${f.object}: ${f.message}`);
     if (!s.verified) continue;
     const pruned = s.partitions.reduce((n, p) => n + p.notChecked.pruned, 0);
     const uncounted = s.partitions.reduce((n, p) => n + p.notChecked.uncounted, 0);
+    const undigested = s.partitions.reduce((n, p) => n + p.notChecked.undigested, 0);
+    const content = s.partitions.reduce((n, p) => n + p.contentChecked, 0);
     const gaps = s.partitions.reduce((n, p) => n + p.gaps, 0);
     const head = `sink "${s.name}": ${plural(s.units, 'unit')} over ${plural(s.partitions.length, 'partition')}`;
     const notes = [
       ...(pruned ? [`${plural(pruned, 'unit')} not checked (rows pruned from the cache)`] : []),
       ...(uncounted ? [`${plural(uncounted, 'unit')} not counted (its writer cannot count what it wrote)`] : []),
+      ...(content ? [`${plural(content, 'unit')} whose content matches the cache`] : []),
+      ...(undigested ? [`${plural(undigested, 'unit')} without a recorded digest (content not checked)`] : []),
       ...(gaps ? [`${plural(gaps, 'gap')} where retention pruned rows before this sink had them (counted in status)`] : []),
     ];
     lines.push([`${head}, ${s.findings.length ? plural(s.findings.length, 'finding') : 'chain whole to the watermark'}`, ...notes].join('; '));

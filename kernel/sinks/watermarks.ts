@@ -85,6 +85,13 @@ export interface WatermarkRecord {
    * counts as committed. Absent in records written before it existed: 0.
    */
   readonly baseRows?: number;
+  /**
+   * The fork seq of a cache that was given its own identity (`hypsink identity
+   * --copy`): rows at or below it are the original's to export, counted in
+   * `baseRows`; this sink's units under the new identity start above it
+   * (verify's chain starts here). Absent for a cache never copied. @ref LLP 0055
+   */
+  readonly handedOver?: string;
   readonly lastExportAt: string | null;
   readonly lastError: { code: string; message: string; at: string } | null;
 }
@@ -113,6 +120,7 @@ export function checkRecord(v: unknown): string | null {
   if (!Number.isInteger(r.exportedRowCount) || r.exportedRowCount < 0) return 'bad exportedRowCount';
   if (!Number.isInteger(r.gapRows) || r.gapRows < 0) return 'bad gapRows';
   if (r.baseRows !== undefined && !(Number.isSafeInteger(r.baseRows) && r.baseRows >= 0)) return 'bad baseRows';
+  if (r.handedOver !== undefined && !isDecimalSeq(r.handedOver)) return 'bad handedOver';
   if (r.rejectedRows !== undefined && !(Number.isSafeInteger(r.rejectedRows) && r.rejectedRows >= 0)) return 'bad rejectedRows';
   if (r.shippedUntil !== undefined && r.shippedUntil !== null && !isDecimalSeq(r.shippedUntil)) return 'bad shippedUntil';
   if (r.intent !== null) {
