@@ -25,7 +25,8 @@ import { type BuildEnv, buildSink, checkSinkPlugins, refuseSharedRoots } from '.
 import { type ConnectionCheck, checkConnection } from './sinks/connect.js';
 import { SinkDriver, type PartitionReport, type TickReport } from './sinks/driver.js';
 import { prunedForAll, type SinkRuntime } from './sinks/exporter.js';
-import { type CopyEvidence, evidenceText, type Home, homeOf } from './identity.js';
+import { type CopyEvidence, evidenceText, type Home, homeOf, suspectedCopy } from './identity.js';
+import { type ReplayResult, replayRange } from './sinks/replay.js';
 import { isDecimalSeq } from './io/durable.js';
 import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
 import { type SinkVerify, type VerifyReport, verifySink } from './sinks/verify.js';
@@ -540,6 +541,18 @@ export class Hypsink {
     const from = await this.driver.quiesce([s.state], () => s.state.acceptDestination(s.destination, s.delivers));
     this.log.warn({ sink: name, from, to }, 'destination accepted: the watermarks now belong to it');
     return { from, to };
+  }
+
+  /**
+   * Send one exported range of one sink again, exactly once (`hypsink replay`):
+   * the way back when `verify` finds a hole. @ref LLP 0061
+   */
+  async replay(name: string, dataset: string, source: string, since: string | null, until: string): Promise<ReplayResult> {
+    const s = await this.sink(name);
+    if (!s.datasets.includes(dataset)) throw new HypsinkError('HYPSINK_ERR_USAGE', `sink "${name}" does not export dataset "${dataset}" (it exports ${s.datasets.join(', ')})`);
+    const p = this.cache.partition(dataset, source);
+    if (this.cache.copied) throw suspectedCopy(this.cache.copied, `sink "${name}": replay of ${p.key}`);
+    return this.driver.quiesce([s.state], () => replayRange({ cache: this.cache, hooks: this.hooks, log: this.log, signal: this.abort.signal }, s, p, since, until), 'replay');
   }
 
   /** Forget a sink by name, whatever it holds (for tests and embedding hosts; the CLI asks first). */

@@ -333,6 +333,29 @@ export function buildProgram(io: Out = stdio): Command {
     });
 
   program
+    .command('replay <sink>')
+    .description('send one exported range of one partition again, exactly once: the way back when "hypsink verify" finds a hole (LLP 0061)')
+    .requiredOption('--dataset <dataset>', 'the dataset of the partition')
+    .requiredOption('--source <source>', 'the source of the partition')
+    .requiredOption('--until <seq>', 'the last seq of the range (inclusive)')
+    .option('--since <seq>', 'the seq before the range (exclusive); omit for the partition start')
+    .option('--json', 'print the result as JSON')
+    .option('--config <file>', 'config file')
+    .action(async (name: string, o: { dataset: string; source: string; since?: string; until: string; json?: boolean }, cmd: Command) => {
+      for (const [flag, v] of [['--since', o.since], ['--until', o.until]] as const) {
+        if (v !== undefined && !/^(0|[1-9]\d{0,18})$/.test(v)) throw new HypsinkError('HYPSINK_ERR_USAGE', `${flag} ${JSON.stringify(v)} is not a seq (a decimal integer)`);
+      }
+      await withKernel(cmd, async (k) => {
+        const r = await k.replay(name, o.dataset, o.source, o.since ?? null, o.until);
+        io.out(
+          o.json
+            ? JSON.stringify(r)
+            : `sink "${r.sink}": ${r.partition} (${r.since ?? 'start'}, ${r.until}], ${r.rows} row(s) as ${r.unit}: ${r.duplicate ? 'the destination already holds it under this name and digest; nothing was sent' : 'sent again'}${r.resumed ? ' (an unfinished replay finished)' : ''}`,
+        );
+      });
+    });
+
+  program
     .command('validate')
     .description('check the config as an export would: every sink built (its plugins, environment variables and own config); nothing exported')
     .option('--config <file>', 'config file')

@@ -423,7 +423,7 @@ function otherTransforms(sink: SinkRuntime, p: PartitionRef, i: Intent): Hypsink
   );
 }
 
-async function shipUnit(
+export async function shipUnit(
   env: ExportEnv,
   sink: SinkRuntime,
   u: UnitSource,

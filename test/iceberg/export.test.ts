@@ -290,6 +290,8 @@ test('a second process with this cache identity (a copied cache folder) is refus
   const twinConfig = await writeConfig(twin, tc);
   await run(s.config, (k) => k.export('lake'));
   const err = await run(twinConfig, async (k) => {
+    // Told (wrongly) that the original stopped: the copy's own check is passed, the table's must hold. @ref LLP 0055
+    await k.identityMoved();
     await ingestText(k, 'web', eventLines(11, 5));
     const e = await k.export('lake');
     return e[0]!.partitions.find((p) => p.error)?.error;

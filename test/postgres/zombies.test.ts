@@ -158,6 +158,10 @@ test('two Hypsink instances on copies of one state race the same units: every ro
   await ingest('h', 1, 10);
   await cp(w.dir, copy, { recursive: true });
   const configs = [w.config, join(copy, 'hypsink.config.json')];
+  // A deliberate twin (same identity, both running): told the original stopped, so the database's checks are what holds. @ref LLP 0055
+  const twin = await openKernel(configs[1]!);
+  await twin.k.identityMoved();
+  await twin.k.close();
   let both = await raceExports(w, configs, 'hypsink_watermarks');
   assert.deepEqual((await w.rows('events', "source = 'h'")).map((r) => Number(r.id)), range(1, 10));
   assert.equal(both[0]!.watermark, both[1]!.watermark);
