@@ -17,6 +17,7 @@ import {
   manifestFileOf,
   type PartitionField,
 } from '../../plugins/format-iceberg/src/avro.js';
+import { checkAvroFiles } from '../support/iceberg.js';
 
 const SOURCE: PartitionField = { name: 'source', fieldId: 1000, type: 'string' };
 const DAY: PartitionField = { name: 'ts_day', fieldId: 1001, type: 'int' };
@@ -60,6 +61,7 @@ function file(path: string, partition: DataFile['partition'], rows: number): Dat
       [1, 0],
       [2, 1],
     ]),
+    nanValueCounts: new Map(),
     lowerBounds: new Map([
       [1, le64(1n)],
       [2, utf8('a')],
@@ -159,7 +161,9 @@ test('manifest with two partition fields and a null partition: round trip, and i
       [2, [...utf8('zz')]],
     ],
   );
-  assert.equal(a?.data_file.column_sizes, undefined);
+  // Maps, never null (issue 31: pyiceberg's inspect.entries() reads both as maps).
+  assert.deepEqual(a?.data_file.column_sizes, []);
+  assert.deepEqual(a?.data_file.nan_value_counts, []);
   assert.equal(a?.data_file.sort_order_id, undefined);
   // Null partition values are the union's null branch, not a sentinel.
   assert.deepEqual({ ...c?.data_file.partition }, { source: undefined, ts_day: undefined });
@@ -398,4 +402,20 @@ test('entries that do not fit the spec are refused with what to do', () => {
   assert.throws(() => decodeManifest(new Uint8Array([1, 2, 3, 4, 5])), /not an Avro object container file/);
   const good = encodeManifest({ ...base, entries: ENTRIES });
   assert.throws(() => decodeManifest(good.subarray(0, good.length - 20)), /truncated/);
+});
+
+test('column_sizes and nan_value_counts decode with avsc as maps, never null: empty, or the NaN counts given (issue 31)', async () => {
+  const nans = { ...file('s3://bucket/t/data/source=web/ts_day=2026-01-01/d.parquet', { source: 'web', ts_day: 20454 }, 8), nanValueCounts: new Map([[4, 3]]) };
+  const { nanValueCounts: _, ...bare } = file('s3://bucket/t/data/source=app/ts_day=2026-01-01/e.parquet', { source: 'app', ts_day: 20454 }, 4);
+  const bytes = encodeManifest({ schemaJson: SCHEMA_JSON, schemaId: 0, specId: 0, partitionFields: TWO, partitionSpecJson: SPEC_JSON, entries: [added(nans), added(bare)] });
+  const { manifests } = await checkAvroFiles([{ name: 'm.avro', bytes }], { requireMetrics: true });
+  const [a, b] = manifests[0]!.entries.map((e) => e.data_file as unknown as Record<string, { key: number; value: bigint }[] | null>);
+  assert.deepEqual(a!.column_sizes, []);
+  assert.deepEqual(
+    a!.nan_value_counts?.map((x) => [x.key, x.value]),
+    [[4, 3n]],
+  );
+  assert.deepEqual(b!.column_sizes, []);
+  assert.deepEqual(b!.nan_value_counts, []);
+  assert.deepEqual(decodeManifest(bytes).entries[0]!.dataFile.nanValueCounts, new Map([[4, 3]]));
 });

@@ -277,7 +277,7 @@ test('a replayed older head (a rollback): the writer neither commits an advanced
   assertIds(rows, [...range(1, 10), ...range(31, 10), ...range(41, 10), ...range(51, 10)], 'after the second rollback');
 });
 
-test('a second process with this cache identity (a copied cache folder) is refused by the snapshot check, nothing committed twice', async () => {
+test('a second process with this cache identity (a copied cache folder) is refused by the snapshot check (HYPSINK_ERR_CONFLICT), nothing committed twice', async () => {
   const s = await setup({ extra: (c) => ((c.cache as Json).root = 'cache') });
   await run(s.config, async (k) => {
     await ingestText(k, 'web', eventLines(1, 10));
@@ -296,7 +296,9 @@ test('a second process with this cache identity (a copied cache folder) is refus
     const e = await k.export('lake');
     return e[0]!.partitions.find((p) => p.error)?.error;
   });
-  assert.match(String(err?.message), /another process exports with this cache's identity/);
+  // The one refusal of other rows under this cache's identity (LLP 0058): the twin's (0, 15] overlaps the committed (0, 10].
+  assert.equal(err?.code, 'HYPSINK_ERR_CONFLICT', String(err?.message));
+  assert.match(String(err?.message), /unit \(start, 10\] with digest u1-.*a copy of another/);
   const { rows } = await readLocal(s);
   assertIds(rows, range(1, 10), 'after the twin');
 });

@@ -38,6 +38,8 @@ export interface DataFile {
   /** Field id -> count of values, nulls included. */
   readonly valueCounts: ReadonlyMap<number, number>;
   readonly nullValueCounts: ReadonlyMap<number, number>;
+  /** Field id -> count of NaN values, for float and double fields only (absent: none known). */
+  readonly nanValueCounts?: ReadonlyMap<number, number>;
   /** Field id -> single-value binary serialization, encoded by the caller. */
   readonly lowerBounds: ReadonlyMap<number, Uint8Array>;
   readonly upperBounds: ReadonlyMap<number, Uint8Array>;
@@ -430,10 +432,12 @@ function entryRecord(e: ManifestEntry, index: number, fields: readonly Partition
       partition,
       record_count: d.recordCount,
       file_size_in_bytes: d.fileSizeInBytes,
-      column_sizes: null,
+      // Maps, never null: pyiceberg's inspect.entries() reads both as maps (issue 31). Column sizes are
+      // not measured (the Parquet writer streams): an empty map says nothing of any column.
+      column_sizes: [],
       value_counts: kvs(d.valueCounts, (v) => v),
       null_value_counts: kvs(d.nullValueCounts, (v) => v),
-      nan_value_counts: null,
+      nan_value_counts: kvs(d.nanValueCounts ?? new Map(), (v) => v),
       lower_bounds: kvs(d.lowerBounds, toBuffer),
       upper_bounds: kvs(d.upperBounds, toBuffer),
       key_metadata: null,
@@ -468,6 +472,7 @@ function fromEntryRecord(r: EntryRecord, partitionNames: readonly string[]): Man
       fileSizeInBytes: d.file_size_in_bytes,
       valueCounts: fromKvs(d.value_counts, (v) => v),
       nullValueCounts: fromKvs(d.null_value_counts, (v) => v),
+      nanValueCounts: fromKvs(d.nan_value_counts, (v) => v),
       lowerBounds: fromKvs(d.lower_bounds, toBytes),
       upperBounds: fromKvs(d.upper_bounds, toBytes),
     },

@@ -392,6 +392,7 @@ async function storedSize(destination: BlobDestination, key: string, signal: Abo
 function dataFileOf(plan: FilePlan, filePath: string, source: string, day: Day | undefined, s: FileStats, types: readonly IcebergType[], bytes: number): DataFile {
   const valueCounts = new Map<number, number>([[SOURCE_FIELD_ID, s.rows]]);
   const nullValueCounts = new Map<number, number>([[SOURCE_FIELD_ID, 0]]);
+  const nanValueCounts = new Map<number, number>();
   const src = encoder.encode(source);
   const lowerBounds = new Map<number, Uint8Array>();
   const upperBounds = new Map<number, Uint8Array>();
@@ -404,6 +405,7 @@ function dataFileOf(plan: FilePlan, filePath: string, source: string, day: Day |
     const c = s.columns[j]!;
     valueCounts.set(id, c.values);
     nullValueCounts.set(id, c.nulls);
+    if (types[j] === 'double') nanValueCounts.set(id, c.nans);
     if (c.min !== undefined) {
       const lo = boundBytes(types[j]!, c.min, false);
       if (lo) lowerBounds.set(id, lo);
@@ -415,7 +417,7 @@ function dataFileOf(plan: FilePlan, filePath: string, source: string, day: Day |
   });
   const partition: Record<string, string | number | null> = { [plan.partitionNames[0]!]: source };
   if (day !== undefined) partition[plan.partitionNames[1]!] = day;
-  return { filePath, partition, recordCount: s.rows, fileSizeInBytes: bytes, valueCounts, nullValueCounts, lowerBounds, upperBounds };
+  return { filePath, partition, recordCount: s.rows, fileSizeInBytes: bytes, valueCounts, nullValueCounts, nanValueCounts, lowerBounds, upperBounds };
 }
 
 /** The day of the unit's first row, from its first batch. */

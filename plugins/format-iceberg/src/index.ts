@@ -3,15 +3,16 @@
  * (format v2) table per dataset over the sink's destination (local-fs or S3).
  * One unit is one append snapshot: its data files, one manifest, a manifest
  * list, and a new metadata version created if absent. The snapshot's summary
- * names the writer (this cache and sink), the partition and the unit's
- * `(since, until]`, which is how a retry finds that the unit committed.
- * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule)
+ * names the writer (this cache and sink), the partition, the unit's
+ * `(since, until]` and its digest, which is how a retry finds that the unit
+ * committed (and a copy of this cache, that its rows are not the ones there).
+ * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule), LLP 0058 (the digest)
  */
 import { createHash, getRandomValues, randomUUID } from 'node:crypto';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
-import { HypsinkError, parseSinkConfig } from 'hypsink/plugin';
+import { HypsinkError, parseSinkConfig, unitConflict } from 'hypsink/plugin';
 import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, manifestFileOf, type PartitionField } from './avro.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
 import { expireSnapshots } from './maintain.js';
@@ -92,30 +93,42 @@ class IcebergWriter {
   }
 
   private mark(unit: Unit): UnitMark {
-    return { writer: this.writer, partition: unit.partition.key, since: unit.since?.seq ?? '0', until: unit.until.seq };
+    return { writer: this.writer, partition: unit.partition.key, since: unit.since?.seq ?? '0', until: unit.until.seq, digest: unit.digest };
   }
 
   /**
-   * This unit's snapshot in the head, if it committed. A snapshot of this
-   * writer and partition whose range overlaps the unit's without being it can
-   * only come from another process with this identity (a zombie): refused.
-   * @ref LLP 0052
+   * This unit's snapshot in the head, if it committed: one of this writer and
+   * partition with the unit's range and the unit's digest (a snapshot from
+   * before digests were recorded has none, and is taken by its label). The
+   * same range with another digest, or a range overlapping the unit's without
+   * being it, holds other rows of this cache id and these seqs: a copy of this
+   * cache (a cloned host, a restored backup, a copied folder running beside
+   * it) committed them. Refused, nothing of the unit written, never counted
+   * as committed.
+   * @ref LLP 0052 (the recovery rule), LLP 0054 (a unit's digest), LLP 0058
    */
-  private own(head: Head, want: UnitMark, unit: Unit): Snapshot | undefined {
+  private own(head: Head, want: UnitMark, unit: Unit, store: TableStore): Snapshot | undefined {
     let found: Snapshot | undefined;
     for (const s of head.metadata.snapshots) {
       const m = markOf(s);
       if (m === null || m.writer !== want.writer || m.partition !== want.partition) continue;
-      if (m.since === want.since && m.until === want.until) {
+      const same = m.since === want.since && m.until === want.until;
+      if (same && (m.digest === null || m.digest === want.digest)) {
         found = s;
         continue;
       }
       const overlaps = BigInt(m.since) < BigInt(want.until) && BigInt(want.since) < BigInt(m.until);
-      if (overlaps) {
-        throw new HypsinkError(
-          'HYPSINK_ERR_INVARIANT',
-          `sink "${unit.sink}": unit ${unit.id}: the table holds snapshot ${s['snapshot-id']} of this very writer with rows (${m.since}, ${m.until}], overlapping this unit's; another process exports with this cache's identity (a copied cache folder?). Stop it; nothing of this unit was committed`,
-        );
+      if (same || overlaps) {
+        const since = (seq: string) => (seq === '0' ? null : seq);
+        throw unitConflict({
+          sink: unit.sink,
+          partition: unit.partition,
+          since: since(want.since),
+          until: want.until,
+          digest: unit.digest,
+          held: { since: since(m.since), until: m.until, digest: m.digest },
+          where: `${store.describe(head.version)} (snapshot ${s['snapshot-id']})`,
+        });
       }
     }
     return found;
@@ -156,7 +169,7 @@ class IcebergWriter {
         await store.commit(1, newTable(locate(store.tableKey), schema, firstSpec(schema, day), Date.now()), unit.signal);
         continue;
       }
-      if (this.own(head, want, unit)) return head;
+      if (this.own(head, want, unit, store)) return head;
       const evolved = evolve(table, currentSchema(head.metadata), head.metadata['last-column-id'], unit.schema.columns);
       if (evolved === null) return head;
       const next = nextVersion(store.tableKey, head, locate, Date.now(), {
@@ -192,7 +205,7 @@ class IcebergWriter {
     const store = new TableStore(table, destination, unit.sink, this.build.log);
     const want = this.mark(unit);
     let head = await this.settle(store, unit, want, locate);
-    if (this.own(head, want, unit)) return this.duplicate(store, head, unit);
+    if (this.own(head, want, unit, store)) return this.duplicate(store, head, unit);
     this.noteRegression(head, want, unit);
 
     // The data files, with the field ids of the schema the table now has (ids never change once committed).
@@ -206,7 +219,8 @@ class IcebergWriter {
       ids: fieldIds(schema, columns),
       dayColumn: this.dayColumnOf(head, unit),
       partitionNames: spec.fields.map((f) => f.name),
-      fileStem: `${this.tag}-${want.since}-${want.until}`,
+      // The digest in the name: a copy of this cache shipping other rows under this label writes other files, never takes these as its own. @ref LLP 0058
+      fileStem: `${this.tag}-${want.since}-${want.until}-${unit.digest}`,
       compression: CODECS[this.cfg.compression],
       rowGroupRows: this.cfg.rowGroupRows,
     };
@@ -237,7 +251,7 @@ class IcebergWriter {
         const h = await store.head(unit.signal);
         if (h === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${unit.sink}": table ${destination.describe(table)} vanished while unit ${unit.id} was committed to it; export again`, { retryable: true });
         head = h;
-        if (this.own(head, want, unit)) return this.duplicate(store, head, unit);
+        if (this.own(head, want, unit, store)) return this.duplicate(store, head, unit);
         this.sameShape(head, plan, spec, unit);
       }
       const m = head.metadata;
@@ -257,7 +271,7 @@ class IcebergWriter {
         'sequence-number': seq,
         'timestamp-ms': now,
         'manifest-list': locate(listKey),
-        summary: { operation: 'append', ...summaryOf(parent, files.length, rows, bytes), [SUMMARY.writer]: want.writer, [SUMMARY.partition]: want.partition, [SUMMARY.since]: want.since, [SUMMARY.until]: want.until },
+        summary: { operation: 'append', ...summaryOf(parent, files.length, rows, bytes), [SUMMARY.writer]: want.writer, [SUMMARY.partition]: want.partition, [SUMMARY.since]: want.since, [SUMMARY.until]: want.until, [SUMMARY.digest]: unit.digest },
         'schema-id': schema['schema-id'],
       };
       const next = nextVersion(table, head, locate, now, {
@@ -329,6 +343,7 @@ class IcebergWriter {
         since: m.since === '0' ? null : m.since,
         until: m.until,
         rows: Number(s.summary['added-records']),
+        digest: m.digest,
         where: `${destination.describe(table)} snapshot ${s['snapshot-id']}`,
       };
     }

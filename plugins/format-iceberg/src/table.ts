@@ -49,8 +49,13 @@ export interface Head {
   readonly metadata: TableMetadata;
 }
 
-/** Summary keys of hypsink's snapshots: who committed which unit. @ref LLP 0052 */
-export const SUMMARY = { writer: 'hypsink.writer', partition: 'hypsink.partition', since: 'hypsink.since', until: 'hypsink.until' } as const;
+/**
+ * Summary keys of hypsink's snapshots: who committed which unit, and the
+ * unit's digest (its content: LLP 0054). Values are strings, as the spec's
+ * summary map (and pyiceberg) has them.
+ * @ref LLP 0052, LLP 0058
+ */
+export const SUMMARY = { writer: 'hypsink.writer', partition: 'hypsink.partition', since: 'hypsink.since', until: 'hypsink.until', digest: 'hypsink.digest' } as const;
 
 /** The unit a snapshot commits, as its summary names it. */
 export interface UnitMark {
@@ -58,6 +63,8 @@ export interface UnitMark {
   readonly partition: string;
   readonly since: string;
   readonly until: string;
+  /** The unit's digest; null in a snapshot committed before digests were recorded. */
+  readonly digest: string | null;
 }
 
 export function markOf(s: Snapshot): UnitMark | null {
@@ -66,7 +73,7 @@ export function markOf(s: Snapshot): UnitMark | null {
   const partition = m[SUMMARY.partition];
   const since = m[SUMMARY.since];
   const until = m[SUMMARY.until];
-  return writer !== undefined && partition !== undefined && since !== undefined && until !== undefined ? { writer, partition, since, until } : null;
+  return writer !== undefined && partition !== undefined && since !== undefined && until !== undefined ? { writer, partition, since, until, digest: m[SUMMARY.digest] ?? null } : null;
 }
 
 /** How many earlier metadata files a version lists (Iceberg's default for `write.metadata.previous-versions-max`). */
@@ -134,6 +141,11 @@ export class TableStore {
     private readonly sink: string,
     private readonly log: Logger,
   ) {}
+
+  /** Where version `v` of the table's metadata is, for messages (no secrets). */
+  describe(v: number): string {
+    return this.destination.describe(versionKey(this.tableKey, v));
+  }
 
   private async json(key: string, signal: AbortSignal): Promise<TableMetadata | null> {
     const bytes = await this.destination.get!(key, { signal });
