@@ -16,7 +16,7 @@ import { after, before, test } from 'node:test';
 import { resetFaultHits } from '../../kernel/fault.js';
 import { unitDigest } from '../../kernel/sinks/digest.js';
 import type { PartitionReport } from '../../kernel/sinks/driver.js';
-import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { eventLines, ingestText, type Json, openKernel, sampleConfig, unseenCopy, writeConfig } from '../support/kernel.js';
 import { fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
@@ -58,6 +58,7 @@ async function clone(h: Host, opts: { lakeDir?: string; s3Prefix?: string }): Pr
   const twin = await host(opts);
   cpSync(join(h.dir, '.hypsink'), join(twin.dir, '.hypsink'), { recursive: true });
   assert.equal(cacheIdOf(twin), cacheIdOf(h));
+  await unseenCopy(twin.config);
   return twin;
 }
 
@@ -192,6 +193,7 @@ test('a restored cache: rows ingested after a restore under seqs already exporte
   assert.equal((await ingestAndExport(a, 1, 5)).error, null);
   rmSync(root, { recursive: true });
   cpSync(backup, root, { recursive: true });
+  await unseenCopy(a.config);
   // Other rows under seqs 1..5: the same label, other content.
   assertConflict(await ingestAndExport(a, 201, 5), 'the restored cache', /the same range with digest u1-/);
   assert.deepEqual(await watermarkOf(a), { seq: undefined, exported: 0 });
@@ -208,6 +210,7 @@ test('a restored cache: rows ingested after a restore under seqs already exporte
   assert.equal((await ingestAndExport(c, 0, 0)).error, null);
   rmSync(rootC, { recursive: true });
   cpSync(backupC, rootC, { recursive: true });
+  await unseenCopy(c.config);
   assertConflict(await ingestAndExport(c, 301, 5), 'the restored cache, overlapping', /unit \(start, 5\] with digest u1-/);
   assertIds((await readLocal(lakeC)).rows, range(11, 5), 'after the overlapping restore');
 });
