@@ -115,3 +115,34 @@ test('a batch stored without a unit digest (before them): the same body is a dup
   assert.deepEqual(await held(s.inventory!(p, { signal: new AbortController().signal })), [[a.id, null]]);
   assert.equal(storedRows(await readStored(dir), 'events', 'old').length, 3);
 });
+
+test('a receiver that echoes the token as a unit digest never gets it into the conflict or the inventory', async (t) => {
+  const http = await import('node:http');
+  const token = 'echoed-digest-token-QQQ-777';
+  const f = await loadForward();
+  t.after(() => f.hooks.shutdown.promise());
+  let id = '';
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(req.method === 'POST' ? 409 : 200, { 'content-type': 'application/json' });
+      const echoed = String(req.headers.authorization).slice('Bearer '.length);
+      if (req.method === 'POST') res.end(JSON.stringify({ error: `stored as ${echoed}`, conflict: 'unit', unitDigest: echoed }));
+      else res.end(JSON.stringify({ entries: [{ id, rows: 1, unitDigest: echoed }], next: null }));
+    });
+  });
+  await new Promise<void>((x) => server.listen(0, '127.0.0.1', () => x()));
+  t.after(() => new Promise((x) => server.close(x)));
+  const s = f.build(fastConfig(`http://127.0.0.1:${(server.address() as { port: number }).port}`, { token }));
+  const p = partition('events', 'echo');
+  const unit = makeUnit({ shipper: s, partition: p, rows: rowsFrom(0, 1), since: null, digest: D_A });
+  id = unit.id;
+  const e = await s.ship(unit).then(
+    () => assert.fail('a 409 was taken for delivered'),
+    (err: unknown) => err as HypsinkError,
+  );
+  assert.equal(e.code, 'HYPSINK_ERR_CONFLICT');
+  assert.match(e.message, /the same range with no recorded digest/);
+  assert.ok(!e.message.includes(token));
+  assert.deepEqual(await held(s.inventory!(p, { signal: new AbortController().signal })), [[id, null]]);
+});
