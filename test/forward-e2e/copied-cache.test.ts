@@ -6,8 +6,12 @@
  * with HYPSINK_ERR_CONFLICT, the receiver holds the first rows once and none
  * of the copy's, and the copy counts none of them exported. The real kernel,
  * the real CLI and the reference receiver over loopback; the copy is the whole
- * hypsink folder (cache and state) copied.
+ * hypsink folder (cache and state) copied. The cache sees a copy at open and
+ * exports nothing until told (LLP 0055); here it is told, wrongly, that the
+ * original stopped (`hypsink identity --moved`), so the receiver's check of
+ * the content is what must hold: the last line, when that first one is passed.
  * @ref LLP 0054: a unit is known by its content
+ * @ref LLP 0055: copied and restored caches
  * @ref LLP 0060: the forward sink's unit digest
  */
 import assert from 'node:assert/strict';
@@ -25,6 +29,12 @@ async function copyHypsink(from: string, to: string): Promise<void> {
     await fsp.rm(join(to, name), { recursive: true, force: true });
     await fsp.cp(join(from, name), join(to, name), { recursive: true });
   }
+}
+
+/** The operator says (wrongly) that the original no longer runs: the cache's own check of a copy is passed. */
+async function declareMoved(ws: Workspace): Promise<void> {
+  const out = await runCli(['identity', '--moved', '--config', ws.configPath]);
+  assert.equal(out.code, 0, out.stderr);
 }
 
 async function exportCli(ws: Workspace): Promise<ProcResult> {
@@ -60,6 +70,7 @@ test('a cloned cache: the copy exports other rows under the same batch ids and i
   await ingestWith(a.configPath, { web: [1, 3] });
   assert.equal((await exportCli(a)).code, 0);
   await copyHypsink(a.dir, b.dir);
+  await declareMoved(b);
 
   // Each host ingests its own rows: the same seqs (4..7) on both.
   await ingestWith(a.configPath, { web: [101, 4] });
@@ -88,6 +99,14 @@ test('a cloned cache: the copy exports other rows under the same batch ids and i
   await ingestWith(a.configPath, { web: [105, 2] });
   assert.equal((await exportCli(a)).code, 0);
   await assertExactlyOnce(a.recv, { web: [...ids(1, 3), ...ids(101, 4), ...ids(105, 2)] });
+
+  // verify reads each batch's unit digest back from the receiver's ledger and compares it with the cache.
+  const va = await runCli(['verify', '--config', a.configPath]);
+  assert.equal(va.code, 0, va.stdout + va.stderr);
+  assert.match(va.stdout, /3 units over 1 partition, chain whole to the watermark; 3 units whose content matches the cache/);
+  const vb = await runCli(['verify', '--config', b.configPath]);
+  assert.equal(vb.code, 1, vb.stdout + vb.stderr);
+  assert.match(vb.stdout, /hfw1-3-7-[0-9a-f]{32}: holds other rows than the cache holds for its range \(3, 7\]: recorded digest u1-[\w-]{43}, the cache's u1-[\w-]{43}/);
 });
 
 test('a restored cache: the backup hands out exported seqs again for other rows and is refused with HYPSINK_ERR_CONFLICT', { timeout: 120_000 }, async (t) => {
@@ -105,6 +124,7 @@ test('a restored cache: the backup hands out exported seqs again for other rows 
   await ingestWith(ws.configPath, { web: [11, 3] });
   assert.equal((await exportCli(ws)).code, 0);
   await copyHypsink(backup.dir, ws.dir); // restored over it
+  await declareMoved(ws);
   // Seqs 5..7 again, for other rows.
   await ingestWith(ws.configPath, { web: [21, 3] });
 
@@ -118,4 +138,8 @@ test('a restored cache: the backup hands out exported seqs again for other rows 
   const lines = (await fsp.readFile(join(ws.recv, LEDGER_FILE), 'utf8')).trim().split('\n');
   assert.equal(lines.length, 2);
   for (const l of lines) assert.match(String((JSON.parse(l) as { unitDigest?: unknown }).unitDigest), /^u1-[\w-]{43}$/);
+  const v = await runCli(['verify', '--config', ws.configPath]);
+  assert.equal(v.code, 1, v.stdout + v.stderr);
+  assert.match(v.stdout, /hfw1-4-7-[0-9a-f]{32}: holds other rows than the cache holds for its range \(4, 7\]: recorded digest u1-[\w-]{43}, the cache's u1-[\w-]{43}/);
+  assert.match(v.stdout, /2 units over 1 partition, 1 finding; 1 unit whose content matches the cache/);
 });
