@@ -25,7 +25,7 @@ process.env.HYPSINK_LOG_LEVEL ??= 'warn';
 interface Host {
   readonly dir: string;
   readonly config: string;
-  ingest(source: string, from: number, n: number): Promise<void>;
+  ingest(source: string, from: number, n: number, extra?: (id: number) => Json): Promise<void>;
   /** `hypsink export`: its exit code and output. */
   export(): Promise<{ code: number; out: string; err: string }>;
 }
@@ -40,9 +40,9 @@ async function host(dir: string, exports: string, keys?: Json): Promise<Host> {
   return {
     dir,
     config,
-    async ingest(source, from, n) {
+    async ingest(source, from, n, extra) {
       const file = join(dir, `in-${++batch}.ndjson`);
-      await fsp.writeFile(file, eventLines(from, n));
+      await fsp.writeFile(file, eventLines(from, n, extra));
       const r = await cli('ingest', 'events', '--source', source, '--file', file, '--config', config);
       assert.equal(r.code, 0, r.err);
     },
@@ -186,8 +186,9 @@ test('a commit record written before digests (one per partition folder, no diges
   const base = tempDir('hypsink-content-');
   const exports = join(base, 'exports');
   const h = await host(base, exports);
-  // Four cache files, so compaction re-cuts the unit and its bytes change: only the record knows the file.
-  for (let b = 0; b < 4; b++) await h.ingest('web', 1 + b * 300, 300);
+  // Four cache files of large rows, so compaction re-cuts the unit and its bytes change: only the record knows the file.
+  const big = (id: number) => ({ msg: createHash('sha256').update(String(id)).digest('hex').repeat(32) });
+  for (let b = 0; b < 4; b++) await h.ingest('web', 1 + b * 300, 300, big);
   const crashed = await runSteps([['export', '--config', h.config]], { HYPSINK_FAULT: 'localfs.afterLink' });
   assert.equal(crashed.signal, 'SIGKILL', `killed at localfs.afterLink: ${crashed.stderr}`);
   // The record as local-fs wrote it before LLP 0057: named by the folder, without a digest.
@@ -203,7 +204,7 @@ test('a commit record written before digests (one per partition folder, no diges
   const c = await cli('maintain', '--compact', '--config', h.config);
   assert.equal(c.code, 0, c.err);
   assert.match(c.out, /compacted [1-9]\d* partition/);
-  await h.ingest('web', 1201, 3);
+  await h.ingest('web', 1201, 3, big);
   const r = await h.export();
   assert.equal(r.code, 0, r.err);
   assertExactlyOnce(await readExports(exports), { web: range(1, 1203) });
