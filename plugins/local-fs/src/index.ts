@@ -10,8 +10,9 @@
  * the commit record's for this key (which then says which unit it holds: its
  * digest goes back to the kernel, which refuses another unit's), or, without
  * such a record, equal to the body given now. Anything else (a link, dangling
- * or not, a folder, someone else's file) is an error naming the path. No link is followed inside
- * the root, and the temp sweep removes only local-fs's own temp files.
+ * or not, a folder, someone else's file) is an error naming the path. No link
+ * is followed inside the root, and the temp sweep removes only local-fs's own
+ * temp files.
  * @ref LLP 0005: write-ahead intent (a retried unit finds its file and stops)
  * @ref LLP 0028: local-fs never follows links it did not make
  * @ref LLP 0054, LLP 0057: a unit is known by its digest, recorded with its blob
