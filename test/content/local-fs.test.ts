@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import activate from '../../plugins/local-fs/src/index.js';
 import type { BlobDestination, DestinationFactory, PluginContext, PluginManifest } from '../../types/index.js';
-import { archive, assertExactlyOnce, cli, cliStatus, eventLines, type Json, partitionStatus, range, readExports, runSteps, sampleConfig, writeConfig } from '../support/kernel.js';
+import { archive, assertExactlyOnce, cli, cliStatus, eventLines, type Json, partitionStatus, range, readExports, runSteps, sampleConfig, unseenCopy, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
 process.env.HYPSINK_LOG_LEVEL ??= 'warn';
@@ -50,10 +50,17 @@ async function host(dir: string, exports: string, keys?: Json): Promise<Host> {
   };
 }
 
-/** The whole hypsink root folder (`.hypsink`: cache and state) copied from `from` to `to`: a backup, a restore, a cloned image. */
-async function copyRoot(from: string, to: string): Promise<void> {
+/**
+ * The whole hypsink root folder (`.hypsink`: cache and state) copied from
+ * `from` to `to`: a backup, a restore, a cloned image. Copied into a host
+ * (`config`), it is a copy the cache cannot see (a VM image, a restore in
+ * place: LLP 0055 settled), so only the destination's check of the unit's
+ * content stands between its rows and the original's.
+ */
+async function copyRoot(from: string, to: string, config?: string): Promise<void> {
   await fsp.rm(join(to, '.hypsink'), { recursive: true, force: true });
   await fsp.cp(join(from, '.hypsink'), join(to, '.hypsink'), { recursive: true });
+  if (config) await unseenCopy(config);
 }
 
 /** The export refused the unit as another's content, naming the sink and the likely cause. */
@@ -78,7 +85,7 @@ test("the issue's reproduction: a cache restored from a backup taken before its 
   assertExactlyOnce(await readExports(exports), { web: range(1, 50) });
   const before = await fsp.readFile(join(exports, 'events/source=web/events.10-50.parquet'));
 
-  await copyRoot(backup, base); // restored: the cache hands out seqs 10..50 again
+  await copyRoot(backup, base, h.config); // restored: the cache hands out seqs 10..50 again
   await h.ingest('web', 101, 40); // other rows under the same seqs
   assertConflict(await h.export());
   // Nothing of the refused unit is counted as exported, and it stays pending.
@@ -123,7 +130,7 @@ test('a cloned cache: both copies ingest other rows and export to the same folde
   assert.equal((await a.export()).code, 0);
   await fsp.mkdir(join(base, 'b'));
   const b = await host(join(base, 'b'), exports);
-  await copyRoot(a.dir, b.dir); // the cloned image
+  await copyRoot(a.dir, b.dir, b.config); // the cloned image
   await a.ingest('web', 11, 20); // seqs 10..30 on both hosts, other rows
   await b.ingest('web', 201, 20);
   await b.ingest('app', 206, 7); // app: seqs 5..12 on b only
@@ -168,14 +175,14 @@ test('time keys: every blob of a unit records the digest; a restored cache whose
   // eventLines puts row id at 2026-01-01 + id seconds: ids 6..40 all in hour 00.
   await h.ingest('web', 6, 35);
   assert.equal((await h.export()).code, 0);
-  await copyRoot(backup, base);
+  await copyRoot(backup, base, h.config);
   await h.ingest('web', 3601, 35); // hour 01: another time key than the one taken, but the same unit
   const ok = await h.export();
   // The unit's blob for hour 01 is new, so written; none of its keys is taken, so it is no conflict.
   assert.equal(ok.code, 0, ok.err);
   assertExactlyOnce(await readExports(exports), { web: [...range(1, 40), ...range(3601, 35)] });
   // Once more from the backup, with rows in hour 00 again: that key is taken by other rows.
-  await copyRoot(backup, base);
+  await copyRoot(backup, base, h.config);
   await h.ingest('web', 41, 35);
   assertConflict(await h.export());
   assert.equal(partitionStatus(await cliStatus(h.config), 'archive', 'web').exportedRows, 5);

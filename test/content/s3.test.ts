@@ -34,16 +34,24 @@ import {
   writeConfig,
 } from '../s3-e2e/helpers.js';
 import { headObject } from '../s3/helpers.js';
+import { unseenCopy } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
 useCredentials();
 
-/** The hypsink root (cache and state, as writeConfig lays them out) copied over `to`'s: a backup, a restore, a cloned image. */
-async function copyRoot(from: string, to: string): Promise<void> {
+/**
+ * The hypsink root (cache and state, as writeConfig lays them out) copied over
+ * `to`'s: a backup, a restore, a cloned image. Copied into a host (`config`),
+ * it is a copy the cache cannot see (a VM image, a restore in place: LLP 0055
+ * settled), so only the destination's check of the unit's content stands
+ * between its rows and the original's.
+ */
+async function copyRoot(from: string, to: string, config?: string): Promise<void> {
   for (const d of ['cache', 'state']) {
     await fsp.rm(join(to, d), { recursive: true, force: true });
     await fsp.cp(join(from, d), join(to, d), { recursive: true });
   }
+  if (config) await unseenCopy(config);
 }
 
 async function exportLake(config: string) {
@@ -85,7 +93,7 @@ test("the issue's reproduction on S3: a cache restored from a backup taken befor
   assert.deepEqual(before, ['hyp/events/source=web/events.0-10.parquet', 'hyp/events/source=web/events.10-50.parquet']);
   assert.match((await headObject(s3.endpoint, 'lake', before[1]!)).Metadata?.['hypsink-digest'] ?? '', /^u1-[A-Za-z0-9_-]{43}$/, 'the digest is the object metadata');
 
-  await copyRoot(backup, dir); // restored: seqs 10..50 handed out again
+  await copyRoot(backup, dir, config); // restored: seqs 10..50 handed out again
   await ingestWith(config, 'web', events(101, 40));
   assertConflict(await exportLake(config), 'web');
   const p = await statusOf(config, 'web');
@@ -109,7 +117,7 @@ test('a cloned cache on a store that enforces If-None-Match (412), multipart uni
   const first = events(1, 200, pad);
   await ingestWith(configA, 'web', first);
   assert.equal((await exportLake(configA)).failed, 0);
-  await copyRoot(a, b); // the cloned image
+  await copyRoot(a, b, configB); // the cloned image
   const onA = events(1001, 200, pad);
   const onB = events(2001, 200, pad);
   const appB = events(3001, 5);
