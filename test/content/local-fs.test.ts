@@ -189,6 +189,27 @@ test('time keys: every blob of a unit records the digest; a restored cache whose
   assertExactlyOnce(await readExports(exports), { web: [...range(1, 40), ...range(3601, 35)] });
 });
 
+test('time keys: a unit whose first row lands on a new hour and whose others land on a taken one is refused before any of its blobs is written', async () => {
+  const base = tempDir('hypsink-content-');
+  const exports = join(base, 'exports');
+  const h = await host(base, exports, { time: 'hour' });
+  const backup = join(base, 'backup');
+  await fsp.mkdir(backup);
+  await h.ingest('web', 1, 5);
+  assert.equal((await h.export()).code, 0);
+  await copyRoot(base, backup);
+  await h.ingest('web', 6, 35); // hour 00, unit (5, 40]
+  assert.equal((await h.export()).code, 0);
+  const before = (await readExports(exports)).map((f) => f.rel).sort();
+  await copyRoot(backup, base, h.config);
+  // The same seqs again: the first row in hour 01 (a key not taken), the rest in hour 00 (taken by other rows).
+  await h.ingest('web', 3601, 1);
+  await h.ingest('web', 41, 34);
+  assertConflict(await h.export());
+  assert.deepEqual((await readExports(exports)).map((f) => f.rel).sort(), before, 'no blob of the refused unit was written');
+  assertExactlyOnce(await readExports(exports), { web: range(1, 40) });
+});
+
 test('a commit record written before digests (one per partition folder, no digest) is still read: a crash retry after compaction is a duplicate', async () => {
   const base = tempDir('hypsink-content-');
   const exports = join(base, 'exports');
