@@ -60,7 +60,7 @@ async function roleOn(): Promise<{ url: string; role: string; grant(sql: string)
   return { url: url.toString(), role, admin, grant: async (sql) => void (await pg.query(sql.replaceAll('$role', role), [], adminUrl)) };
 }
 
-const OWN = 'GRANT SELECT, INSERT, UPDATE ON hypsink_watermarks TO $role; GRANT SELECT, INSERT ON hypsink_rejected TO $role';
+const OWN = 'GRANT SELECT, INSERT, UPDATE ON hypsink_watermarks, hypsink_units TO $role; GRANT SELECT, INSERT ON hypsink_rejected TO $role';
 
 test("a role with the sink's privileges on tables made beforehand, and no CREATE on the schema: it exports", async () => {
   const r = await roleOn();
@@ -72,7 +72,7 @@ test("a role with the sink's privileges on tables made beforehand, and no CREATE
 });
 for (const [what, grants, object, grant] of [
   ['no INSERT on the table', `${OWN}; GRANT SELECT ON events TO $role`, 'public.events', 'GRANT INSERT ON public.events TO "$role"'],
-  ['no UPDATE on the watermark table', 'GRANT SELECT, INSERT ON hypsink_watermarks, hypsink_rejected, events TO $role', 'public.hypsink_watermarks', 'GRANT SELECT, INSERT, UPDATE ON public.hypsink_watermarks TO "$role"'],
+  ['no UPDATE on the watermark table', 'GRANT SELECT, INSERT ON hypsink_watermarks, hypsink_rejected, events TO $role; GRANT SELECT, INSERT, UPDATE ON hypsink_units TO $role', 'public.hypsink_watermarks', 'GRANT SELECT, INSERT, UPDATE ON public.hypsink_watermarks TO "$role"'],
 ] as const) {
   test(`a role with ${what}: HYPSINK_ERR_AUTH naming the role and ${object}, nothing written`, async () => {
     const r = await roleOn();
