@@ -375,7 +375,7 @@ export class PostgresShipper implements UnitShipper {
     const p = unit.partition;
     const r = await client.query<UnitRecord>(
       `SELECT since::text AS since, until::text AS until, unit, digest, rows::text AS rows, rejected FROM ${ownTables(this.names).un}
-        WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 AND until > $5 AND (since IS NULL OR since < $6) ORDER BY until LIMIT 16`,
+        WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 AND until > $5 AND (since IS NULL OR since < $6) ORDER BY ${ownTables(this.names).un}.until LIMIT 16`,
       [this.ctx.cacheId, this.ctx.sink, p.dataset, p.source, unit.since?.seq ?? '-1', unit.until.seq],
     );
     return r.rows;
@@ -419,7 +419,7 @@ export class PostgresShipper implements UnitShipper {
       if (there.un) {
         records = (
           await client.query<UnitRecord>(
-            `SELECT since::text AS since, until::text AS until, unit, digest, rows::text AS rows, rejected FROM ${un} WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 ORDER BY until`,
+            `SELECT since::text AS since, until::text AS until, unit, digest, rows::text AS rows, rejected FROM ${un} WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 ORDER BY ${un}.until`,
             key,
           )
         ).rows;
