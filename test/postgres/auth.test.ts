@@ -101,3 +101,29 @@ test('a role without CREATE on the schema, the tables not made yet: HYPSINK_ERR_
   assert.ok(error!.message.startsWith(`sink "warehouse": role "${role}" lacks a privilege on schema public at `), error!.message);
   assert.ok(error!.message.includes(`GRANT USAGE, CREATE ON SCHEMA public TO "${role}"`), error!.message);
 });
+
+test('a deployment from before unit records, its role without CREATE: the first export after the upgrade is HYPSINK_ERR_AUTH naming the schema, nothing written; with the units table made by an admin and granted, it exports', async () => {
+  const r = await roleOn();
+  // The sink's tables as an older version made them: no units table.
+  await r.admin.query('DROP TABLE hypsink_units');
+  await r.grant('GRANT SELECT, INSERT, UPDATE ON hypsink_watermarks TO $role; GRANT SELECT, INSERT ON hypsink_rejected TO $role; GRANT INSERT ON events TO $role');
+  const w = await pgWorkspace({ url: r.url });
+  const { error } = await exportTwo(w);
+  assert.equal(error?.code, 'HYPSINK_ERR_AUTH', String(error));
+  assert.ok(error!.message.startsWith(`sink "warehouse": role "${r.role}" lacks a privilege on schema public at `), error!.message);
+  assert.ok(error!.message.includes(`GRANT USAGE, CREATE ON SCHEMA public TO "${r.role}"`), error!.message);
+  assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM events WHERE source = 'h'"))[0]!.n, 0, 'nothing written');
+
+  // An admin's export makes the table; granted, the role's next export goes on.
+  assert.equal((await exportTwo(r.admin, 'by-admin-again')).error, null);
+  await r.grant('GRANT SELECT, INSERT, UPDATE ON hypsink_units TO $role');
+  const { k } = await w.open();
+  try {
+    const [t] = await k.export('warehouse');
+    assert.equal(t!.partitions[0]!.error, null, String(t!.partitions[0]!.error));
+  } finally {
+    await k.close();
+  }
+  assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM events WHERE source = 'h'"))[0]!.n, 2);
+  assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM hypsink_units WHERE source = 'h'"))[0]!.n, 1);
+});
