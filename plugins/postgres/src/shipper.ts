@@ -370,12 +370,17 @@ export class PostgresShipper implements UnitShipper {
     }
   }
 
-  /** The records of this writer's units of the partition whose range meets the unit's, in order. */
+  /**
+   * Records of this writer's units of the partition whose range meets the unit's: the one at its exact
+   * range first, then those with a digest (the verdict needs no more than the first of each), bounded.
+   */
   private async overlapping(client: pg.PoolClient, unit: Unit): Promise<UnitRecord[]> {
     const p = unit.partition;
+    const un = ownTables(this.names).un;
     const r = await client.query<UnitRecord>(
-      `SELECT since::text AS since, until::text AS until, unit, digest, rows::text AS rows, rejected FROM ${ownTables(this.names).un}
-        WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 AND until > $5 AND (since IS NULL OR since < $6) ORDER BY ${ownTables(this.names).un}.until LIMIT 16`,
+      `SELECT since::text AS since, until::text AS until, unit, digest, rows::text AS rows, rejected FROM ${un}
+        WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 AND ${un}.until > $5 AND (${un}.since IS NULL OR ${un}.since < $6)
+        ORDER BY (${un}.until = $6 AND COALESCE(${un}.since, -1) = $5) DESC, ${un}.digest IS NULL, ${un}.until LIMIT 16`,
       [this.ctx.cacheId, this.ctx.sink, p.dataset, p.source, unit.since?.seq ?? '-1', unit.until.seq],
     );
     return r.rows;
