@@ -28,7 +28,7 @@ interface VerifyJson {
     kind: string;
     verified: boolean;
     units: number;
-    partitions: { source: string; watermark: string | null; units: number; rowsChecked: number; notChecked: { pruned: number; uncounted: number } }[];
+    partitions: { source: string; watermark: string | null; units: number; rowsChecked: number; contentChecked: number; notChecked: { pruned: number; uncounted: number; undigested: number } }[];
     findings: { problem: string; partition: string | null; object: string; message: string }[];
   }[];
 }
@@ -94,8 +94,12 @@ test('verify passes on a healthy Postgres sink: every unit from the units table,
   assert.deepEqual([s.kind, s.verified, s.findings], ['request', true, []]);
   const h = s.partitions.find((p) => p.source === 'h')!;
   const app = s.partitions.find((p) => p.source === 'app')!;
-  assert.deepEqual([h.units, h.rowsChecked, h.notChecked], [4, 4, { pruned: 0, uncounted: 0 }], '(s0,s4], (s4,s8], (s8,s10], (s10,s13]: each count checked');
-  assert.deepEqual([app.units, app.rowsChecked], [2, 2]);
+  assert.deepEqual(
+    [h.units, h.rowsChecked, h.contentChecked, h.notChecked],
+    [4, 4, 4, { pruned: 0, uncounted: 0, undigested: 0 }],
+    '(s0,s4], (s4,s8], (s8,s10], (s10,s13]: each count and digest checked',
+  );
+  assert.deepEqual([app.units, app.rowsChecked, app.contentChecked], [2, 2, 2]);
 
   // The reader's own output: a chain from the start, each with its rows and the digest the kernel computes from the cache.
   const { held, cache } = await inventoryOf(w, 'h');
@@ -110,7 +114,7 @@ test('verify passes on a healthy Postgres sink: every unit from the units table,
   for (const u of held) assert.match(u.id, /^hpg1-/);
 });
 
-test('verify: a unit record whose digest was changed is a content mismatch (LEAD: enable the kernel finding here once verify compares digests)', async () => {
+test('verify finds a unit record whose digest was changed: a content finding naming that unit, exit 1', async () => {
   const w = await pgWorkspace({ unit: { maxRows: 4 } });
   await ingestAndExport(w, 'h', 1, 10);
   const planted = `u1-${'Z'.repeat(43)}`;
@@ -121,10 +125,12 @@ test('verify: a unit record whose digest was changed is a content mismatch (LEAD
   const differs = held.filter((u, i) => u.digest !== cache[i]).map((u) => u.id);
   assert.deepEqual(differs, [victim!.unit], 'the planted unit, and only it, holds another digest than the cache computes for its range');
   assert.equal(held.find((u) => u.id === victim!.unit)!.digest, planted);
-  // LEAD: once kernel/sinks/verify.ts compares HeldUnit.digest with unitDigest, assert here:
-  //   const { code, j } = await verify(w);
-  //   assert.equal(code, 1);
-  //   assert.deepEqual(sinkOf(j).findings.map((f) => f.object), [victim!.unit]);
+  const { code, j } = await verify(w);
+  assert.equal(code, 1);
+  const found = sinkOf(j).findings;
+  assert.deepEqual(found.map((f) => [f.problem, f.object]), [['content', victim!.unit]]);
+  assert.ok(found[0]!.message.includes(`recorded digest ${planted}`), found[0]!.message);
+  assert.ok(found[0]!.message.includes('public.hypsink_units at postgres://'), 'says where the record is');
 });
 
 test('verify finds a deleted unit record (a hole) and a changed row count (a row-count finding)', async () => {
@@ -155,7 +161,7 @@ test('a deployment from before unit records: its committed range reads as one un
   let v = await verify(w);
   assert.equal(v.code, 0, JSON.stringify(v.j, null, 1));
   let h = sinkOf(v.j).partitions.find((p) => p.source === 'h')!;
-  assert.deepEqual([h.units, h.rowsChecked, h.notChecked.uncounted], [1, 0, 1], 'one range, not counted');
+  assert.deepEqual([h.units, h.rowsChecked, h.contentChecked, h.notChecked], [1, 0, 0, { pruned: 0, uncounted: 1, undigested: 1 }], 'one range, neither counted nor compared');
   assert.equal((await w.query("SELECT to_regclass('hypsink_units') IS NULL AS none"))[0]!.none, true, 'verify created nothing');
   const legacy = await inventoryOf(w, 'h');
   assert.deepEqual(legacy.held.map((u) => [u.since, u.until, u.digest, u.rows]), [[null, wm, null, undefined]]);
@@ -181,7 +187,7 @@ test('a deployment from before unit records: its committed range reads as one un
   v = await verify(w);
   assert.equal(v.code, 0, JSON.stringify(v.j, null, 1));
   h = sinkOf(v.j).partitions.find((p) => p.source === 'h')!;
-  assert.deepEqual([h.units, h.rowsChecked, h.notChecked.uncounted], [2, 1, 1]);
+  assert.deepEqual([h.units, h.rowsChecked, h.contentChecked, h.notChecked], [2, 1, 1, { pruned: 0, uncounted: 1, undigested: 1 }]);
 
   // Reset once more (the same cuts: 5 rows a unit): units inside the range recorded without a digest go by their label, the one after it by its digest.
   await rm(state, { recursive: true });
