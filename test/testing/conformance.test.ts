@@ -78,6 +78,35 @@ test('a copy of the example that answers before its rows are durable fails the k
   );
 });
 
+/**
+ * The kit's newer cases, each over a copy of the example with one bug planted
+ * that the first six cases pass: the case must fail it, naming what was lost
+ * and how to fix it (the example itself passes every case, above).
+ */
+const PLANTED = [
+  { plugin: 'buggy-early-ack', case: 'a ship is durable when it resolves', says: /ship resolved for 2 unit\(s\) \(8 rows; .*: 4 of those rows are not at the destination \(ids 5, 6, 7, 8\)\. A ship resolves only once/ },
+  { plugin: 'buggy-ledger-first', case: 'a crash at each moment inside a ship', says: /after a kill inside a ship \(unit conformance\/source=kit:-:4, before its I\/O callback \d+\) and a restart: (4 row\(s\) missing \(ids 1, 2, 3, 4\)|reading back what the destination holds failed)/ },
+  { plugin: 'buggy-impure-id', case: "a unit's id is the same in every process", says: /unitId gave ".*" for the range of unit ".*" \(\d+ unit\(s\) differ\): a unit's id must be a pure function/ },
+  {
+    plugin: 'buggy-ignores-digest',
+    case: 'a copy of the cache with other rows under the same labels is refused',
+    says: /its export succeeded, but 4 of its rows are not at the destination \(ids 1005, 1006, 1007, 1008\): a silent loss\. Record unit\.digest/,
+  },
+] as const;
+
+for (const p of PLANTED) {
+  test(`a copy of the example with a planted bug (${p.plugin}) fails "${p.case}"`, async () => {
+    const c = conformance({ plugins: [join(FIXTURE_PLUGINS, p.plugin)], sink: (dir) => ({ plugin: p.plugin, config: { dir } }), read: auditRows }).find((c) => c.name === p.case);
+    assert.ok(c, `the kit has a case "${p.case}"`);
+    await assert.rejects(c.run(), (e: unknown) => {
+      assert.ok(e instanceof ConformanceError, `a ConformanceError, not ${String(e)}`);
+      assert.equal(e.caseName, p.case);
+      assert.match(e.message, p.says);
+      return true;
+    });
+  });
+}
+
 for (const writer of ['@hypsink/format-jsonl', '@hypsink/format-parquet'] as const) {
   for (const c of conformance({
     sink: (dir) => ({ writer, destination: '@hypsink/local-fs', config: { dir } }),

@@ -1,10 +1,11 @@
 /**
  * audit-sink: a request sink that appends each unit's rows to `<dir>/<dataset>/source=<source>.jsonl`
- * exactly once, and logs every watermark advance. `<file>.units` lists `<unit id> <file size after it>`.
+ * exactly once, and logs every watermark advance. `<file>.units` is its ledger: `<unit id> <file size
+ * after it> <unit digest>` per unit, appended only once the unit's rows are durable.
  */
 import { appendFile, mkdir, open, readFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import { HypsinkError, type PluginContext, type ShipResult, type Unit, type UnitShipper } from 'hypsink/plugin';
+import { HypsinkError, type PluginContext, type ShipResult, type Unit, type UnitShipper, unitConflict } from 'hypsink/plugin';
 
 export default function activate(ctx: PluginContext): void {
   // Tap-only (the kernel calls it): a SyncHook fired right after the durable advance, so never block here.
@@ -24,7 +25,18 @@ export default function activate(ctx: PluginContext): void {
         async ship(unit: Unit): Promise<ShipResult> {
           const file = join(dir, `${unit.partition.key}.jsonl`);
           const done = (await readFile(`${file}.units`, 'utf8').catch(() => '')).split('\n').filter(Boolean);
-          if (done.some((l) => l.split(' ')[0] === unit.id)) return { rows: 0, bytes: 0, duplicate: true };
+          const held = done.find((l) => l.split(' ')[0] === unit.id)?.split(' ');
+          if (held) {
+            // The same label is a duplicate only with the same rows: another digest is a copy of this
+            // cache (a cloned host, a restored backup) that handed out these seqs again. A line without
+            // a digest was written before digests existed: taken by its label.
+            const recorded = held[2] ?? null;
+            if (recorded !== null && recorded !== unit.digest) {
+              const range = { since: unit.since?.seq ?? null, until: unit.until.seq };
+              throw unitConflict({ sink: build.sink, partition: unit.partition, ...range, digest: unit.digest, held: { ...range, digest: recorded }, where: `${file}.units` });
+            }
+            return { rows: 0, bytes: 0, duplicate: true };
+          }
           const lines: string[] = [];
           for await (const row of unit.rows()) lines.push(`${JSON.stringify(row)}\n`);
           const text = lines.join('');
@@ -33,11 +45,11 @@ export default function activate(ctx: PluginContext): void {
             await mkdir(dirname(file), { recursive: true });
             const fh = await open(file, 'a');
             try {
-              // Cut what a crash left after the last recorded unit, then append, fsync, record.
+              // Cut what a crash left after the last recorded unit, then append, fsync, and only then record.
               await fh.truncate(Number(done.at(-1)?.split(' ')[1] ?? 0));
               await fh.write(text);
               await fh.sync();
-              await appendFile(`${file}.units`, `${unit.id} ${(await fh.stat()).size}\n`);
+              await appendFile(`${file}.units`, `${unit.id} ${(await fh.stat()).size} ${unit.digest}\n`);
             } finally {
               await fh.close();
             }
