@@ -385,7 +385,7 @@ const CASES: readonly { name: string; run: (w: World) => Promise<void> }[] = [
   {
     name: 'a crash at each moment inside a ship',
     run: async (w) => {
-      // Each time a fresh world, its export killed inside its first ship just before its k-th
+      // Each time a fresh world, its export killed inside its ships just before their k-th
       // I/O callback (a file operation done, a response read: the sink's own work, not the kernel's
       // reads of the rows), then restarted: at each of those moments, what the sink recorded as done
       // must be done (its rows before the ledger record that says "have it").
@@ -395,14 +395,14 @@ const CASES: readonly { name: string; run: (w: World) => Promise<void> }[] = [
         const v = k === 1 ? w : await World.make(w.name, w.opts);
         await v.ingest(10);
         const { killed, log } = await v.exportProbed({ mode: 'inShip', at: k });
-        if (!killed) break; // fewer than k moments in the first ship: every moment is tried
+        if (!killed) break; // fewer than k moments in the export's ships: every one was tried
         at = k;
         const r = await v.export();
         if (r.failed > 0) v.fail(`the export after a kill inside a ship (unit ${log[0]?.unit ?? '?'}, before its I/O callback ${k}) failed: ${r.errors.join('; ')}`);
         await v.expectEachOnce(`after a kill inside a ship (unit ${log[0]?.unit ?? '?'}, before its I/O callback ${k}) and a restart`);
         if (v !== w) v.dispose();
       }
-      if (at === 0) w.fail('the first ship did no I/O the kit could stop it at: nothing was tried');
+      if (at === 0) w.fail('the first ship did no I/O of its own (no file operation, no request) before it resolved: its rows cannot be durable when it resolves');
     },
   },
   {

@@ -38,13 +38,19 @@ const kill = (): never => {
 
 const note = (log: string, e: ProbeEntry) => appendFileSync(log, `${JSON.stringify(e)}\n`);
 
-/** `shipper` with `ship` replaced, every other member its own (getters and `this` kept). */
-function around(shipper: UnitShipper, ship: (unit: Unit) => Promise<ShipResult>): UnitShipper {
+/**
+ * `shipper` with its ship wrapped by `ship` (given the unit and the call to
+ * make), every other member its own (getters and `this` kept). The kernel's
+ * blob shipper ships through `shipGuarded` (the unit's read guard with it).
+ */
+function around(shipper: UnitShipper, ship: (unit: Unit, call: (unit: Unit) => Promise<ShipResult>) => Promise<ShipResult>): UnitShipper {
   return new Proxy(shipper, {
     get(target, key) {
-      if (key === 'ship') return ship;
       const v = Reflect.get(target, key, target) as unknown;
-      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      if (typeof v !== 'function') return v;
+      const f = (v as (...a: unknown[]) => Promise<ShipResult>).bind(target);
+      if (key === 'ship' || key === 'shipGuarded') return (unit: Unit, ...rest: unknown[]) => ship(unit, (u) => f(u, ...rest));
+      return f;
     },
   });
 }
@@ -57,8 +63,8 @@ export function shipProbe(probe: Probe): (shipper: UnitShipper) => UnitShipper {
     case 'resolved': {
       let resolved = 0;
       return (s) =>
-        around(s, async (unit) => {
-          const r = await s.ship(unit);
+        around(s, async (unit, call) => {
+          const r = await call(unit);
           // Still in the microtask that follows the ship's promise: nothing the plugin left running has had a turn.
           note(probe.log, { unit: unit.id, rows: unit.plannedRows, duplicate: r.duplicate });
           resolved += 1;
@@ -109,7 +115,7 @@ export function shipProbe(probe: Probe): (shipper: UnitShipper) => UnitShipper {
             return reads.has(key) ? () => outside(f() as AsyncIterable<unknown>) : f;
           },
         });
-      return (s) => around(s, (unit) => inShip.run(unit.id, () => s.ship(unitOf(unit))));
+      return (s) => around(s, (unit, call) => inShip.run(unit.id, () => call(unitOf(unit))));
     }
     case 'ids':
       return (s) =>
@@ -119,9 +125,9 @@ export function shipProbe(probe: Probe): (shipper: UnitShipper) => UnitShipper {
         });
     case 'compare':
       return (s) =>
-        around(s, (unit) => {
+        around(s, (unit, call) => {
           note(probe.log, { unit: unit.id, again: againOf(s, unit) });
-          return s.ship(unit);
+          return call(unit);
         });
   }
 }

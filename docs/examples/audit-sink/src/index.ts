@@ -1,7 +1,6 @@
 /**
  * audit-sink: a request sink that appends each unit's rows to `<dir>/<dataset>/source=<source>.jsonl`
- * exactly once, and logs every watermark advance. `<file>.units` is its ledger: `<unit id> <file size
- * after it> <unit digest>` per unit, appended only once the unit's rows are durable.
+ * exactly once, and logs every watermark advance. `<file>.units` lists `<unit id> <file size after it> <digest>`.
  */
 import { appendFile, mkdir, open, readFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
@@ -26,17 +25,9 @@ export default function activate(ctx: PluginContext): void {
           const file = join(dir, `${unit.partition.key}.jsonl`);
           const done = (await readFile(`${file}.units`, 'utf8').catch(() => '')).split('\n').filter(Boolean);
           const held = done.find((l) => l.split(' ')[0] === unit.id)?.split(' ');
-          if (held) {
-            // The same label is a duplicate only with the same rows: another digest is a copy of this
-            // cache (a cloned host, a restored backup) that handed out these seqs again. A line without
-            // a digest was written before digests existed: taken by its label.
-            const recorded = held[2] ?? null;
-            if (recorded !== null && recorded !== unit.digest) {
-              const range = { since: unit.since?.seq ?? null, until: unit.until.seq };
-              throw unitConflict({ sink: build.sink, partition: unit.partition, ...range, digest: unit.digest, held: { ...range, digest: recorded }, where: `${file}.units` });
-            }
-            return { rows: 0, bytes: 0, duplicate: true };
-          }
+          // Same id, other digest: other rows under its label (a copied cache), refused. No digest: recorded before digests.
+          if (held?.[2] !== undefined && held[2] !== unit.digest) throw unitConflict({ sink: build.sink, partition: unit.partition, since: unit.since?.seq ?? null, until: unit.until.seq, digest: unit.digest, held: { since: unit.since?.seq ?? null, until: unit.until.seq, digest: held[2] }, where: `${file}.units` });
+          if (held) return { rows: 0, bytes: 0, duplicate: true };
           const lines: string[] = [];
           for await (const row of unit.rows()) lines.push(`${JSON.stringify(row)}\n`);
           const text = lines.join('');
@@ -56,8 +47,7 @@ export default function activate(ctx: PluginContext): void {
           } catch (e) {
             // A full disk may clear on its own (retried with backoff); anything else needs a person.
             const retryable = (e as NodeJS.ErrnoException).code === 'ENOSPC';
-            const code = retryable ? 'HYPSINK_ERR_RETRYABLE' : 'HYPSINK_ERR_DESTINATION';
-            throw new HypsinkError(code, `sink "${build.sink}": cannot write ${file} (${(e as Error).message})`, { cause: e, retryable });
+            throw new HypsinkError(retryable ? 'HYPSINK_ERR_RETRYABLE' : 'HYPSINK_ERR_DESTINATION', `sink "${build.sink}": cannot write ${file} (${(e as Error).message})`, { cause: e, retryable });
           }
           return { rows: lines.length, bytes: Buffer.byteLength(text), duplicate: false };
         },
