@@ -136,6 +136,14 @@ class World {
     for (const d of ['cache', 'state']) cpSync(join(this.home, d), join(home, d), { recursive: true });
     const w = await World.at(this.name, home, this.dir, this.opts, this.sink);
     w.rows.push(...this.rows);
+    // The kernel sees the copy (another folder) and exports nothing of it until told: told, wrongly,
+    // that the original moved here, so what holds is the sink's own check. @ref LLP 0055
+    const k = await w.open();
+    try {
+      await k.identityMoved();
+    } finally {
+      await k.close();
+    }
     return w;
   }
 
