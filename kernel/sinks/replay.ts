@@ -18,10 +18,10 @@ import { HypsinkError } from '../../types/errors.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
 import { mkdirs } from '../io/mkdirs.js';
-import { unitDigest } from './digest.js';
-import { type ExportEnv, type SinkRuntime, shipUnit } from './exporter.js';
+import type { ExportEnv, SinkRuntime } from './exporter.js';
+import { cont, UnitPlanner } from './plan.js';
+import { shipUnit } from './ship.js';
 import { rangeText } from './unit.js';
-import type { Intent } from './watermarks.js';
 
 export interface ReplayResult {
   readonly sink: string;
@@ -86,29 +86,21 @@ export async function replayRange(env: ExportEnv, sink: SinkRuntime, p: Partitio
       `sink "${sink.name}": a replay of ${rangeText(p, left.since, left.until)} (${path}) was started ${left.at} and not finished; run that one again first`,
     );
   }
-  const cont = (s: string) => ({ v: 1 as const, seq: s });
-  const digest = await unitDigest(env.cache, p, lo, until);
+  const plan = new UnitPlanner(env.cache, sink, p);
+  const digest = await plan.digest(lo, until);
   if (left && left.digest !== digest) {
     throw new HypsinkError('HYPSINK_ERR_CONFLICT', `sink "${sink.name}": ${where}: the cache now holds other rows for the range than when its replay was started (${path}); nothing was sent`);
   }
-  const rows = await env.cache.storage.countRowsSince(p, { since: since === null ? null : cont(since), until: cont(until) });
-  const schema = env.cache.schema(p.dataset);
-  const intent: Intent = {
-    since,
-    until,
-    unit: sink.shipper.unitId(p, since === null ? null : cont(since), cont(until)),
-    rows,
-    columns: schema.columns,
-    ...(sink.transforms.identity ? { transforms: sink.transforms.identity } : {}),
-    digest,
-  };
+  const from = since === null ? null : cont(since);
+  const rows = await plan.count(from, cont(until));
+  const intent = plan.intent(from, cont(until), rows, digest);
   if (!left) {
     await mkdirs(dirname(path));
     await writeJsonAtomic(path, { v: 1, since, until, unit: intent.unit, digest, at: new Date().toISOString() } satisfies ReplayRecord);
   }
   env.log.warn({ sink: sink.name, dataset: p.dataset, source: p.source, since, until, unit: intent.unit, digest, rows }, 'replaying an exported range (hypsink replay)');
-  const chain = sink.transforms.length > 0 ? sink.transforms.bind(schema.columns, p.dataset) : null;
-  const shipped = await shipUnit(env, sink, { cache: env.cache, p, schema, chain }, intent, false);
+  const chain = sink.transforms.length > 0 ? sink.transforms.bind(plan.schema.columns, p.dataset) : null;
+  const shipped = await shipUnit(env, sink, plan, { cache: env.cache, p, schema: plan.schema, chain }, intent, false);
   await fsp.rm(path, { force: true });
   env.log.warn({ sink: sink.name, dataset: p.dataset, source: p.source, since, until, duplicate: shipped.result.duplicate }, shipped.result.duplicate ? 'replay: the destination already holds the range' : 'replay: the range was sent again');
   return { sink: sink.name, partition: p.key, since, until, unit: intent.unit, digest, rows, duplicate: shipped.result.duplicate, resumed: left !== undefined };
