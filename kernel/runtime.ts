@@ -614,33 +614,39 @@ export interface IdentityCopyReport {
 /**
  * Move one sink's watermark of `p` up to the fork: the rows between are the
  * original's, counted in `baseRows`. Its chain under the new identity starts
- * at the higher of the two (`handedOver`). An open unit at or below the fork
- * is the original's too (it finishes it); one reaching above is this copy's
- * and must be exported first. Returns the rows left to the original.
+ * at the higher of the two (`handedOver`), and no unit of the new identity has
+ * shipped yet (`shippedUntil` null: a destination keeping its own watermark
+ * per writer, Postgres, finds none). An open unit at or below the fork is the
+ * original's (it finishes it). One reaching above it holds this copy's own
+ * rows under the old identity: dropped when its last attempt was refused as
+ * other rows (HYPSINK_ERR_CONFLICT: nothing of it was written), else it must
+ * be exported first. Returns the rows left to the original.
+ * @ref LLP 0055
  */
 async function handOver(cache: Cache, state: SinkState, p: PartitionRef, fork: string): Promise<number> {
   const found = await state.watermarks.find(p);
   const rec = found ?? { ...state.watermarks.empty(p), baseRows: await prunedForAll(cache, p) };
   const w = rec.continuation ? BigInt(rec.continuation.seq) : -1n;
   const open = [rec.intent, rec.next ?? null].find((i) => i !== null && BigInt(i.until) > BigInt(fork));
-  if (open) {
+  if (open && rec.lastError?.code !== 'HYPSINK_ERR_CONFLICT') {
     throw new HypsinkError(
       'HYPSINK_ERR_CONFLICT',
-      `sink "${state.name}": its open unit (${open.since ?? 'start'}, ${open.until}] of ${p.dataset}/source=${p.source} reaches above the fork seq ${fork}, so it holds rows of this copy's own under the old identity; nothing was changed`,
+      `sink "${state.name}": its open unit (${open.since ?? 'start'}, ${open.until}] of ${p.dataset}/source=${p.source} reaches above the fork seq ${fork}, so it holds rows of this copy's own under the old identity, and it may have been delivered; nothing was changed`,
       { hint: 'Export that sink once (the unit finishes under the old identity), then run "hypsink identity --copy" again; or choose a fork seq at or above the unit\'s until.' },
     );
   }
   const above = w >= BigInt(fork);
   const rows = above ? 0 : await cache.storage.countRowsSince(p, { since: rec.continuation, until: { v: 1, seq: fork } });
-  const { shippedUntil: _gone, ...kept } = rec;
-  const to = above ? rec.continuation : { v: 1 as const, seq: fork };
+  const to = above ? rec.continuation! : { v: 1 as const, seq: fork };
   await state.watermarks.write(p, rec, {
-    ...(above ? rec : kept),
+    ...rec,
     continuation: to,
-    intent: above ? rec.intent : null,
-    next: above ? (rec.next ?? null) : null,
+    intent: null,
+    next: null,
+    shippedUntil: null,
+    lastError: null,
     baseRows: (rec.baseRows ?? 0) + rows,
-    handedOver: to!.seq,
+    handedOver: to.seq,
   });
   return rows;
 }
