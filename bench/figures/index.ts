@@ -1,6 +1,7 @@
 /** Every figure group, in DESIGN §10 order. */
 import type { FigureGroup } from '../lib/figure.js';
 import { coldStart } from './cold-start.js';
+import { digestCost } from './digest.js';
 import { forwardVsRaw } from './forward-vs-raw.js';
 import { icebergGroup } from './iceberg.js';
 import { ingest } from './ingest.js';
@@ -13,4 +14,4 @@ import { receiverAbuse } from './receiver-abuse.js';
 import { tickBigVsSmall } from './tick-big-vs-small.js';
 import { transformsExport } from './transforms-export.js';
 
-export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, icebergGroup, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];
+export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, digestCost, icebergGroup, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];

@@ -110,6 +110,8 @@ export interface UnitSpec {
   readonly since: number | null;
   readonly sink?: string;
   readonly id?: string;
+  /** The unit digest the kernel would have computed (default: a fixed one). */
+  readonly digest?: string;
   readonly signal?: AbortSignal;
 }
 
@@ -126,7 +128,7 @@ export function makeUnit(spec: UnitSpec): Unit & { readCount(): number } {
     prior: since,
     until,
     id: spec.id ?? spec.shipper.unitId(spec.partition, since, until),
-    digest: `u1-${'A'.repeat(43)}`,
+    digest: spec.digest ?? `u1-${'A'.repeat(43)}`,
     plannedRows: spec.rows.length,
     async *rows() {
       reads++;

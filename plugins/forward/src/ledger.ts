@@ -6,9 +6,12 @@
  * 0008), so the ledger needs no more than the id and its rows; an entry is this
  * sink's only when its id is the one this sink derives for that range (scheme
  * v2, or v1 of ledgers written before the cache's id was mixed in): another
- * sink or cache under the same client is passed over.
+ * sink or cache under the same client is passed over. Each entry's unit digest
+ * (what the sink sent as `X-Hyp-Unit-Digest`) is the held unit's digest: one
+ * batch is one unit.
  * @ref LLP 0037: the reader contract
  * @ref LLP 0038: the receiver's ledger endpoint
+ * @ref LLP 0060: the unit digest in the ledger
  */
 import { createHash } from 'node:crypto';
 import type { Continuation, HeldUnit, PartitionRef, SinkBuildContext } from 'hypsink/plugin';
@@ -22,10 +25,20 @@ import type { ForwardService } from './service.js';
 const MAX_PAGE_BYTES = 32 * 1024 * 1024;
 const BATCH_ID = /^hfw1-(start|0|[1-9]\d*)-(0|[1-9]\d*)-[0-9a-f]{32}$/;
 
+interface Entry {
+  readonly id: string;
+  readonly rows: number;
+  /** null: stored without one, or a receiver that does not show it. */
+  readonly unitDigest: string | null;
+}
+
 interface Page {
-  readonly entries: { id: string; rows: number }[];
+  readonly entries: Entry[];
   readonly next: number | null;
 }
+
+/** A unit digest as the receiver keeps it (its X-Hyp-Unit-Digest rule); anything else is not one. */
+const UNIT_DIGEST = /^[\x21-\x7e]{1,128}$/;
 
 /** The ids the first scheme gave (LLP 0008 §2), before the cache's id was mixed in. */
 function idV1(cfg: ForwardConfig, sink: string, p: PartitionRef, from: string, until: string): string {
@@ -37,8 +50,15 @@ function parsePage(text: string): Page | null {
   try {
     const j = JSON.parse(text) as { entries?: unknown; next?: unknown };
     if (!Array.isArray(j.entries) || !(j.next === null || Number.isSafeInteger(j.next))) return null;
-    const entries = j.entries.filter((e): e is { id: string; rows: number } => typeof e?.id === 'string' && Number.isSafeInteger(e.rows));
-    return entries.length === j.entries.length ? { entries, next: j.next as number | null } : null;
+    const entries: Entry[] = [];
+    for (const e of j.entries as { id?: unknown; rows?: unknown; unitDigest?: unknown }[]) {
+      if (typeof e?.id !== 'string' || !Number.isSafeInteger(e.rows)) return null;
+      const d = e.unitDigest;
+      // Absent: a receiver from before unit digests (LLP 0060); it recorded none.
+      if (!(d === undefined || d === null || (typeof d === 'string' && UNIT_DIGEST.test(d)))) return null;
+      entries.push({ id: e.id, rows: e.rows as number, unitDigest: d ?? null });
+    }
+    return { entries, next: j.next as number | null };
   } catch {
     return null;
   }
@@ -94,7 +114,9 @@ export async function* ledgerUnits(
       const since = m[1] === 'start' ? null : m[1]!;
       const until = m[2]!;
       const mine = unitId(since === null ? null : { v: 1, seq: since }, { v: 1, seq: until }) === e.id || idV1(cfg, ctx.sink, p, m[1]!, until) === e.id;
-      if (mine) yield { id: e.id, since, until, rows: e.rows, where: `batch ${e.id} at ${cfg.url}` };
+      // A receiver could echo anything back; the token never leaves in a digest.
+      const digest = cfg.token !== undefined && e.unitDigest?.includes(cfg.token) ? null : e.unitDigest;
+      if (mine) yield { id: e.id, since, until, rows: e.rows, where: `batch ${e.id} at ${cfg.url}`, digest };
     }
     if (page.next === null) return;
     after = page.next;

@@ -1,6 +1,7 @@
 /**
  * Unit → one request: the NDJSON body (built once, so every retry of the unit
  * sends the very same bytes) and the headers the receiver keys its ledger by.
+ * @ref LLP 0060: the unit's digest travels with its batch id
  */
 import { INTERNAL_PREFIX, type Row, type Unit } from 'hypsink/plugin';
 
@@ -89,6 +90,8 @@ export async function buildRequest(unit: Unit, token: string | undefined): Promi
     'Content-Length': String(body.length),
     'X-Hyp-Partition': `source=${encodePartitionValue(unit.partition.source)}`,
     'X-Hyp-Batch-Id': unit.id,
+    // What the id names, by content: the receiver keeps it with the batch and refuses the id with another (LLP 0060).
+    'X-Hyp-Unit-Digest': unit.digest,
   };
   if (token !== undefined) headers.Authorization = `Bearer ${token}`;
   return { path: `/v1/ingest/${encodeSegment(unit.partition.dataset)}`, headers, body, rows };

@@ -14,6 +14,13 @@ export type Outcome =
   | { readonly kind: 'backpressure'; readonly status: number; readonly retryAfter: string | undefined }
   | { readonly kind: 'tooLarge'; readonly status: number; readonly message: string }
   | { readonly kind: 'auth'; readonly status: number; readonly message: string }
+  /**
+   * 409: the batch id is stored with something else. `conflict` is the
+   * receiver's reason (`partition`, `unit`, `body`; undefined from a receiver
+   * that gives none) and `unitDigest` the unit digest stored with the id (null:
+   * none; undefined: not said). @ref LLP 0060
+   */
+  | { readonly kind: 'conflict'; readonly status: number; readonly message: string; readonly conflict: string | undefined; readonly unitDigest: string | null | undefined }
   /** Any other 4xx (and 3xx): resending the same bytes cannot help. */
   | { readonly kind: 'rejected'; readonly status: number; readonly message: string }
   /** Refused, reset, timed out, 408, 5xx: may pass on its own. */
@@ -69,6 +76,16 @@ function classify(status: number, headers: http.IncomingHttpHeaders, text: strin
   }
   if (status === 413) return { kind: 'tooLarge', status, message: serverMessage(text) };
   if (status === 401 || status === 403) return { kind: 'auth', status, message: serverMessage(text) };
+  if (status === 409) {
+    let conflict: string | undefined;
+    let unitDigest: string | null | undefined;
+    try {
+      const j = JSON.parse(text) as { conflict?: unknown; unitDigest?: unknown };
+      if (typeof j.conflict === 'string') conflict = j.conflict;
+      if (typeof j.unitDigest === 'string' || j.unitDigest === null) unitDigest = j.unitDigest;
+    } catch {}
+    return { kind: 'conflict', status, message: serverMessage(text), conflict, unitDigest };
+  }
   if (status === 408 || status >= 500) {
     return { kind: 'transient', status, message: `HTTP ${status}: ${serverMessage(text)}`, staleSocket: false };
   }

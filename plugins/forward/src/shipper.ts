@@ -6,16 +6,17 @@
  * makes the retries harmless.
  */
 import { createHash } from 'node:crypto';
-import type {
-  ConnectionCheckOptions,
-  Continuation,
-  HeldUnit,
-  PartitionRef,
-  ShipResult,
-  SinkBuildContext,
-  Unit,
-  UnitLimits,
-  UnitShipper,
+import {
+  type ConnectionCheckOptions,
+  type Continuation,
+  type HeldUnit,
+  type PartitionRef,
+  type ShipResult,
+  type SinkBuildContext,
+  type Unit,
+  type UnitLimits,
+  type UnitShipper,
+  unitConflict,
 } from 'hypsink/plugin';
 import { backoffMs, ladderStep, linkSignals, parkedWait, parseRetryAfter } from './backoff.js';
 import { checkReceiver } from './check.js';
@@ -23,7 +24,7 @@ import type { ForwardConfig } from './config.js';
 import { ForwardError, unreachableHint } from './errors.js';
 import { ledgerUnits } from './ledger.js';
 import { buildRequest } from './request-builder.js';
-import { ForwardService } from './service.js';
+import { ForwardService, type Outcome } from './service.js';
 
 /**
  * Bump only with a migration note: in-flight intents keep their recorded ids either way.
@@ -184,6 +185,9 @@ export class ForwardShipper implements UnitShipper {
             { status: out.status, batchId: unit.id },
           );
 
+        case 'conflict':
+          throw this.conflict(unit, out, where);
+
         case 'rejected':
           throw new ForwardError(
             'HYPSINK_ERR_DESTINATION',
@@ -194,6 +198,42 @@ export class ForwardShipper implements UnitShipper {
           );
       }
     }
+  }
+
+  /**
+   * A 409: the receiver holds this batch id with something else. Other content
+   * under the unit's label (another unit digest; another body where the stored
+   * batch has no unit digest, or the receiver names no reason) is the one
+   * refusal every sink gives: unitConflict, HYPSINK_ERR_CONFLICT, nothing
+   * counted. @ref LLP 0054, LLP 0060
+   */
+  private conflict(unit: Unit, out: Extract<Outcome, { kind: 'conflict' }>, where: string): Error {
+    const partition = out.conflict === 'partition' || (out.conflict === undefined && /another dataset or source/.test(out.message));
+    const sameRows = out.conflict === 'body' && out.unitDigest === unit.digest;
+    if (partition || sameRows) {
+      return new ForwardError(
+        'HYPSINK_ERR_DESTINATION',
+        this.redact(
+          `sink "${this.ctx.sink}": the receiver refused ${where} (HTTP 409): ${out.message}` +
+            (sameRows
+              ? '; it holds this unit (the same unit digest) under the id, sent as other bytes: this hypsink serializes the unit otherwise than the one that sent it. Its rows are at the receiver once; compare the two versions before going on'
+              : ''),
+        ),
+        { status: out.status, batchId: unit.id },
+      );
+    }
+    const since = unit.since?.seq ?? null;
+    const held = out.unitDigest ?? null;
+    return unitConflict({
+      sink: this.ctx.sink,
+      partition: unit.partition,
+      since,
+      until: unit.until.seq,
+      digest: unit.digest,
+      // A receiver could echo anything back; the token never leaves in a message.
+      held: { since, until: unit.until.seq, digest: held === null || this.redact(held) !== held ? null : held },
+      where: `the receiver at ${this.cfg.url} (batch ${unit.id})`,
+    });
   }
 
   /** Abort parked waits and in-flight POSTs, drop pooled connections. Idempotent. */
