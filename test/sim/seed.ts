@@ -400,7 +400,8 @@ class Scenario {
         return { op: 'retention', maxRows: this.int(0, 30), ackCoupled: true };
       });
     }
-    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0);
+    // Not a destination a copy shares with its original: the operator moves one host's, not both.
+    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0 && !view.shared);
     if (!this.move && movable.length) {
       choices.push(async () => {
         const sink = this.pick(movable);
@@ -723,7 +724,8 @@ class Scenario {
   /** An operator points the files dir or the lake prefix somewhere new. */
   async episodeMove(): Promise<WorkerOp | undefined> {
     const view = this.cur;
-    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0);
+    // Not a destination a copy shares with its original: the operator moves one host's, not both.
+    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0 && !view.shared);
     if (this.move || !movable.length) return undefined;
     const sink = this.pick(movable);
     // The sink has delivered to the old place, and has rows in the cache still.
@@ -840,6 +842,7 @@ class Scenario {
     if (!ok(res) || fork === undefined) return undefined;
     await this.pendingOf(a.sinks[0]!, source);
     this.copyPending = new Map((this.last?.sinks ?? []).flatMap((x) => x.partitions.map((p) => [`${x.name}\0${p.source}`, p.pendingRows] as const)));
+    const gaps = (this.last?.sinks ?? []).flatMap((x) => x.partitions.map((p) => [`${x.name}\0${p.source}`, p.gapRows] as const));
     await this.worker.release();
     await this.oracle.observe(a);
     const dir = join(dirname(a.dir), 'c');
@@ -847,6 +850,8 @@ class Scenario {
     c.inherited = new Map([...a.parts].map(([src, p]) => [src, new Set(p.seqs.keys())]));
     c.shared = a.shared = true;
     c.twin = true;
+    // The copy's status counts the original's gaps until then: its history, not the copy's own rows.
+    for (const [k, n] of gaps) c.baseGap.set(k, n);
     for (const part of ['cache', 'state']) await fsp.cp(join(a.dir, part), join(dir, part), { recursive: true });
     c.configPath = await writeScenarioConfig(dir, this.world, c.opts);
     this.oracle.add(c);
