@@ -15,8 +15,13 @@
  * number is a multiple of 3), and the second cache exporting to the same table
  * at the same time from a second process. The Iceberg sink (ice) meets crashes
  * at its points, and both caches of a two-cache seed commit to its one table at
- * the same time, each from its own process (two writer identities). The oracle
- * (harness.ts) checks after every step and after the clean run. @ref LLP 0043
+ * the same time, each from its own process (two writer identities). In a few
+ * one-cache seeds the cache's root is copied to a second host that ingests rows
+ * of its own and exports to the same destinations, seen (refused until
+ * `identity --copy`) or unseen (its colliding units refused by the
+ * destinations, never counted). The oracle (harness.ts) checks after every
+ * step and after the clean run, and then every held unit's recorded digest.
+ * @ref LLP 0043, LLP 0062
  */
 import { promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -217,6 +222,11 @@ class Scenario {
   /** The second cache gets what the first was sent, in the same shapes (fresh rows). */
   async applyMirror(): Promise<void> {
     if (this.cur === this.views[0]) return;
+    // A copy left the original's twin takes no more rows: they would export under the original's id.
+    if (this.cur.twin) {
+      this.mirror = [];
+      return;
+    }
     for (const m of this.mirror.splice(0)) {
       this.note(`ingest ${m.source} ${m.sizes.join('+')} rows (the other cache's shapes)`);
       await this.send(
@@ -547,7 +557,7 @@ class Scenario {
 
   /** The other cache of the scenario is opened (same sink and source names, the same receiver). */
   async episodeSwitch(): Promise<WorkerOp | undefined> {
-    const other = this.views.find((v) => v !== this.cur);
+    const other = this.views.find((v) => v !== this.cur && !v.twin);
     if (!other) return undefined;
     await this.switchTo(other);
     this.note(`open cache ${this.cur.name}`);
@@ -876,8 +886,10 @@ class Scenario {
     await this.exportCopy(source, false);
     // Refused units leave open intents above the fork, which --copy refuses ("export it first"): then
     // the copy stays the original's twin, its rows refused and pending to the end. @ref LLP 0055
-    await this.identityCopy(fork, true);
-    return { op: 'export', sink: this.pick(c.sinks) };
+    if (await this.identityCopy(fork, true)) return { op: 'export', sink: this.pick(c.sinks) };
+    // Left the original's twin: the host goes on at the original.
+    await this.switchTo(a);
+    return { op: 'export', sink: this.pick(a.sinks) };
   }
 
   // ---- the run --------------------------------------------------------------
