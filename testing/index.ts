@@ -13,13 +13,15 @@
  * @ref LLP 0024: the public API surface
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, promises as fsp, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, promises as fsp, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { open } from '../kernel/api.js';
 import { resetFaultHits } from '../kernel/fault.js';
 import { createLogger } from '../kernel/log.js';
+import { setShipProbe } from '../kernel/sinks/probe.js';
+import { type Probe, type ProbeEntry, shipProbe } from './probe.js';
 
 /** A row as the kit writes it: the `conformance` dataset's columns. */
 export interface KitRow {
@@ -47,6 +49,13 @@ export interface ConformanceOptions {
   readonly baseDir?: string;
   /** Rows per unit, small so each case spans several units (default 4). */
   readonly unitRows?: number;
+  /**
+   * How many times the case "a crash at each moment inside a ship" kills an
+   * export, each time one I/O callback later inside the ship (default 8).
+   * Raise it when your ship does more I/O than that before its rows are
+   * durable (each kill is a process start).
+   */
+  readonly shipKills?: number;
 }
 
 export interface ConformanceCase {
@@ -74,22 +83,31 @@ const CHILD = fileURLToPath(new URL(`./child${import.meta.url.endsWith('.ts') ? 
 /** One case's world: its folder, its config file, the rows it has ingested. */
 class World {
   readonly rows: KitRow[] = [];
+  private probes = 0;
   private constructor(
     readonly name: string,
+    /** The destination's folder (what `sink` and `read` are given). */
     readonly dir: string,
+    /** The world's own folder: its cache, state, config and probe logs. */
+    readonly home: string,
     readonly config: string,
-    private readonly opts: ConformanceOptions,
+    readonly opts: ConformanceOptions,
+    private readonly sink: Record<string, unknown>,
   ) {}
 
   static async make(name: string, opts: ConformanceOptions): Promise<World> {
     const dir = mkdtempSync(join(tmpdir(), 'hypsink-conformance-'));
     const dest = join(dir, 'destination');
     await fsp.mkdir(dest);
-    const sink = await opts.sink(dest);
+    return World.at(name, dir, dest, opts, await opts.sink(dest));
+  }
+
+  /** A world in `home` exporting to `dest` through `sink`, its config written there. */
+  private static async at(name: string, home: string, dest: string, opts: ConformanceOptions, sink: Record<string, unknown>): Promise<World> {
     const config = {
       plugins: [...(opts.plugins ?? [])],
-      cache: { root: join(dir, 'cache') },
-      state: { dir: join(dir, 'state') },
+      cache: { root: join(home, 'cache') },
+      state: { dir: join(home, 'state') },
       datasets: {
         [DATASET]: {
           columns: [
@@ -102,13 +120,35 @@ class World {
       },
       sinks: { sut: { ...sink, datasets: [DATASET], unit: { ...(sink.unit as object | undefined), maxRows: opts.unitRows ?? 4 } } },
     };
-    const path = join(dir, 'hypsink.config.json');
+    const path = join(home, 'hypsink.config.json');
     await fsp.writeFile(path, JSON.stringify(config, null, 1));
-    return new World(name, dest, path, opts);
+    return new World(name, dest, home, path, opts, sink);
+  }
+
+  /**
+   * A copy of this world's cache and state (a cloned host, a restored backup:
+   * the same cache id, the same seqs handed out again), exporting to the same
+   * destination through the same sink. Its folder sits inside this one's.
+   */
+  async clone(): Promise<World> {
+    const home = join(this.home, 'clone');
+    await fsp.mkdir(home);
+    for (const d of ['cache', 'state']) cpSync(join(this.home, d), join(home, d), { recursive: true });
+    const w = await World.at(this.name, home, this.dir, this.opts, this.sink);
+    w.rows.push(...this.rows);
+    // The kernel sees the copy (another folder) and exports nothing of it until told: told, wrongly,
+    // that the original moved here, so what holds is the sink's own check. @ref LLP 0055
+    const k = await w.open();
+    try {
+      await k.identityMoved();
+    } finally {
+      await k.close();
+    }
+    return w;
   }
 
   fail(message: string): never {
-    throw new ConformanceError(this.name, `${message} (case folder kept: ${join(this.dir, '..')})`);
+    throw new ConformanceError(this.name, `${message} (case folder kept: ${this.home})`);
   }
 
   /** Open a kernel on the case's config, in this process. */
@@ -116,9 +156,9 @@ class World {
     return open({ config: this.config, baseDir: this.opts.baseDir, log: createLogger('silent') });
   }
 
-  /** Ingest `n` new rows as one batch and commit them. */
-  async ingest(n: number): Promise<void> {
-    const first = this.rows.length + 1;
+  /** Ingest `n` new rows as one batch and commit them; their ids from `base` + the rows so far + 1. */
+  async ingest(n: number, base = 0): Promise<KitRow[]> {
+    const first = base + this.rows.length + 1;
     const batch = Array.from({ length: n }, (_, i) => ({ id: first + i, ts: new Date(Date.UTC(2026, 0, 1, 0, 0, first + i)).toISOString(), msg: i % 3 === 0 ? null : `row ${first + i}` }));
     const k = await this.open();
     try {
@@ -127,19 +167,26 @@ class World {
       await k.close();
     }
     this.rows.push(...batch);
+    return batch;
   }
 
-  /** One export in this process; `fault` arms a fault point that throws (a failed call, the process lives). */
-  async export(fault?: { point: string; at?: number }): Promise<{ rows: number; units: number; failed: number }> {
+  /**
+   * One export in this process; `fault` arms a fault point that throws (a
+   * failed call, the process lives); `probe` watches its ships.
+   */
+  async export(fault?: { point: string; at?: number }, probe?: Probe): Promise<{ rows: number; units: number; failed: number; errors: string[] }> {
     const env = process.env;
     const saved = [env.HYPSINK_FAULT, env.HYPSINK_FAULT_AT, env.HYPSINK_FAULT_ACTION];
     resetFaultHits();
     if (fault) Object.assign(env, { HYPSINK_FAULT: fault.point, HYPSINK_FAULT_AT: String(fault.at ?? 1), HYPSINK_FAULT_ACTION: 'throw' });
+    if (probe) setShipProbe(shipProbe(probe));
     const k = await this.open();
     try {
       const [r] = await k.export('sut');
-      return { rows: r?.rows ?? 0, units: r?.units ?? 0, failed: r?.failed ?? 0 };
+      const errors = (r?.partitions ?? []).flatMap((p) => (p.error ? [`${p.error.code}: ${p.error.message}`] : []));
+      return { rows: r?.rows ?? 0, units: r?.units ?? 0, failed: r?.failed ?? 0, errors };
     } finally {
+      setShipProbe(undefined);
       for (const [i, key] of ['HYPSINK_FAULT', 'HYPSINK_FAULT_AT', 'HYPSINK_FAULT_ACTION'].entries()) {
         if (saved[i] === undefined) delete env[key];
         else env[key] = saved[i];
@@ -151,11 +198,36 @@ class World {
 
   /** One export in a child process killed (SIGKILL) at the `at`-th hit of `point`. */
   async exportKilledAt(point: string, at: number): Promise<void> {
+    const { code, signal, stderr } = await this.child({ HYPSINK_FAULT: point, HYPSINK_FAULT_AT: String(at), HYPSINK_FAULT_ACTION: '' });
+    if (signal === 'SIGKILL') return;
+    this.fail(`the export was to be killed at fault point ${point} (hit ${at}), but it exited with code ${code}${tail(stderr)}`);
+  }
+
+  /**
+   * One export in a child process whose ships `probe` watches (and kills);
+   * what it logged, and whether it was killed (else it exited 0).
+   */
+  async exportProbed(probe: Unlogged): Promise<{ killed: boolean; log: ProbeEntry[] }> {
+    this.probes += 1;
+    const log = join(this.home, `probe-${this.probes}.jsonl`);
+    const { code, signal, stderr } = await this.child({ HYPSINK_KIT_PROBE: JSON.stringify({ ...probe, log }) });
+    if (signal !== 'SIGKILL' && code !== 0) this.fail(`an export the kit watched exited with code ${code}${tail(stderr)}`);
+    return { killed: signal === 'SIGKILL', log: readLog(log) };
+  }
+
+  /** A probe log written in this process. */
+  logFile(): string {
+    this.probes += 1;
+    return join(this.home, `probe-${this.probes}.jsonl`);
+  }
+
+  /** One export of this world's config in a child process with `vars` set. */
+  private async child(vars: Record<string, string>): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
     // The child runs under this process's loader flags (a TypeScript plugin under tsx), not its test flags.
     const execArgv = process.execArgv.filter((a) => !a.startsWith('--test'));
-    const env: NodeJS.ProcessEnv = { ...process.env, HYPSINK_FAULT: point, HYPSINK_FAULT_AT: String(at), HYPSINK_FAULT_ACTION: '' };
+    const env: NodeJS.ProcessEnv = { ...process.env, HYPSINK_FAULT: '', HYPSINK_KIT_PROBE: '', ...vars };
     delete env.NODE_TEST_CONTEXT;
-    const { code, signal, stderr } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }>((done, failed) => {
+    return await new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }>((done, failed) => {
       const child = spawn(process.execPath, [...execArgv, CHILD, this.config], { env, stdio: ['ignore', 'ignore', 'pipe'] });
       let stderr = '';
       child.stderr.on('data', (b: Buffer) => {
@@ -164,18 +236,17 @@ class World {
       child.on('error', failed);
       child.on('exit', (code, signal) => done({ code, signal, stderr }));
     });
-    if (signal === 'SIGKILL') return;
-    this.fail(`the export was to be killed at fault point ${point} (hit ${at}), but it exited with code ${code}${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' / ')}` : ''}`);
   }
 
-  /** The destination holds every row ingested so far, each exactly once. */
-  async expectEachOnce(when: string): Promise<readonly { readonly id: unknown }[]> {
-    const held = await this.opts.read(this.dir);
+  /** The destination holds every row ingested so far, each exactly once (`rows`: exactly these, `others`: these may be there too). */
+  async expectEachOnce(when: string, rows: readonly KitRow[] = this.rows, others: readonly KitRow[] = []): Promise<readonly { readonly id: unknown }[]> {
+    const held = await this.read(when);
     const count = new Map<string, number>();
     for (const r of held) count.set(String(r.id), (count.get(String(r.id)) ?? 0) + 1);
-    const missing = this.rows.filter((r) => !count.has(String(r.id))).map((r) => r.id);
+    const missing = rows.filter((r) => !count.has(String(r.id))).map((r) => r.id);
     const twice = [...count].filter(([, n]) => n > 1).map(([id, n]) => `${id} (${n} times)`);
-    const unknown = [...count.keys()].filter((id) => !this.rows.some((r) => String(r.id) === id));
+    const known = new Set([...rows, ...others].map((r) => String(r.id)));
+    const unknown = [...count.keys()].filter((id) => !known.has(id));
     const problems = [
       missing.length ? `${missing.length} row(s) missing (ids ${list(missing)})` : '',
       twice.length ? `${twice.length} row(s) delivered more than once (ids ${list(twice)})` : '',
@@ -185,12 +256,48 @@ class World {
     return held;
   }
 
+  /** What the destination holds; a destination that cannot be read back (a torn or corrupt write) fails the case. */
+  async read(when: string): Promise<readonly { readonly id: unknown }[]> {
+    try {
+      return await this.opts.read(this.dir);
+    } catch (e) {
+      return this.fail(`${when}: reading back what the destination holds failed (${(e as Error).message}): it holds a torn or corrupt write`);
+    }
+  }
+
+  /** Which of `rows` the destination holds (each id's count). */
+  async held(rows: readonly KitRow[]): Promise<Map<number, number>> {
+    const want = new Map(rows.map((r) => [String(r.id), r.id]));
+    const out = new Map<number, number>();
+    for (const r of await this.read('reading the rows back')) {
+      const id = want.get(String(r.id));
+      if (id !== undefined) out.set(id, (out.get(id) ?? 0) + 1);
+    }
+    return out;
+  }
+
   dispose(): void {
-    rmSync(join(this.dir, '..'), { recursive: true, force: true });
+    rmSync(this.home, { recursive: true, force: true });
   }
 }
 
+/** A probe as the kit asks for it: the world names its log. */
+type Unlogged = Probe extends infer P ? (P extends Probe ? Omit<P, 'log'> : never) : never;
+
 const list = (xs: readonly unknown[]) => (xs.length > 8 ? `${xs.slice(0, 8).join(', ')}, …` : xs.join(', '));
+const tail = (stderr: string) => (stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' / ')}` : '');
+const readLog = (file: string): ProbeEntry[] => {
+  let text = '';
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return []; // nothing logged: the probe never fired
+  }
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as ProbeEntry);
+};
 
 /** The cases, in the order they are best run. */
 const CASES: readonly { name: string; run: (w: World) => Promise<void> }[] = [
@@ -259,6 +366,103 @@ const CASES: readonly { name: string; run: (w: World) => Promise<void> }[] = [
       await w.exportKilledAt('export.afterAdvance', 1);
       await w.export();
       await w.expectEachOnce('after the crash after an advance and the next export');
+    },
+  },
+  {
+    name: 'a ship is durable when it resolves',
+    run: async (w) => {
+      await w.ingest(10);
+      // Killed the instant the second ship resolves: what it and the first acknowledged must be there now,
+      // with no later turn of the event loop to finish a write the ship did not wait for.
+      const { killed, log } = await w.exportProbed({ mode: 'resolved', at: 2 });
+      if (!killed) w.fail('the export was to be killed when its second ship resolved, but it ended first: fewer than 2 units shipped');
+      const acked = log.reduce((n, e) => n + (e.duplicate ? 0 : (e.rows ?? 0)), 0);
+      const held = await w.held(w.rows);
+      const lost = w.rows.slice(0, acked).filter((r) => !held.has(r.id));
+      if (lost.length > 0) {
+        w.fail(
+          `ship resolved for ${log.length} unit(s) (${acked} rows; units ${log.map((e) => e.unit).join(', ')}), and the process died right then: ` +
+            `${lost.length} of those rows are not at the destination (ids ${list(lost.map((r) => r.id))}). ` +
+            'A ship resolves only once its rows (and its ledger record) are durable: await every write, and fsync (or wait for the commit) before returning',
+        );
+      }
+      await w.export();
+      await w.expectEachOnce('after the crash and the next export');
+    },
+  },
+  {
+    name: 'a crash at each moment inside a ship',
+    run: async (w) => {
+      // Each time a fresh world, its export killed inside its ships just before their k-th
+      // I/O callback (a file operation done, a response read: the sink's own work, not the kernel's
+      // reads of the rows), then restarted: at each of those moments, what the sink recorded as done
+      // must be done (its rows before the ledger record that says "have it").
+      const kills = w.opts.shipKills ?? 8;
+      let at = 0;
+      for (let k = 1; k <= kills; k++) {
+        const v = k === 1 ? w : await World.make(w.name, w.opts);
+        await v.ingest(10);
+        const { killed, log } = await v.exportProbed({ mode: 'inShip', at: k });
+        if (!killed) break; // fewer than k moments in the export's ships: every one was tried
+        at = k;
+        const r = await v.export();
+        if (r.failed > 0) v.fail(`the export after a kill inside a ship (unit ${log[0]?.unit ?? '?'}, before its I/O callback ${k}) failed: ${r.errors.join('; ')}`);
+        await v.expectEachOnce(`after a kill inside a ship (unit ${log[0]?.unit ?? '?'}, before its I/O callback ${k}) and a restart`);
+        if (v !== w) v.dispose();
+      }
+      if (at === 0) w.fail('the first ship did no I/O of its own (no file operation, no request) before it resolved: its rows cannot be durable when it resolves');
+    },
+  },
+  {
+    name: "a unit's id is the same in every process",
+    run: async (w) => {
+      await w.ingest(10);
+      // The first unit is recorded (its id in the intent) and the process dies at its ship: the
+      // next process ships it under the recorded id, and must make that same id from its range.
+      const first = await w.exportProbed({ mode: 'ids' });
+      if (!first.killed || first.log.length === 0) w.fail('the export was to be stopped at its first ship, but it ended without shipping');
+      const log = w.logFile();
+      await w.export(undefined, { mode: 'compare', log });
+      const differ = [...first.log, ...readLog(log)].filter((e) => e.again !== e.unit);
+      if (differ.length > 0) {
+        const e = differ[0]!;
+        w.fail(
+          `unitId gave "${e.again}" for the range of unit "${e.unit}" (${differ.length} unit(s) differ): a unit's id must be a pure function of its partition and range ` +
+            '(no clock, no randomness, no counter), or a unit retried after a crash is shipped again under another id',
+        );
+      }
+      await w.expectEachOnce('after the unit was shipped by another process');
+    },
+  },
+  {
+    name: 'a copy of the cache with other rows under the same labels is refused',
+    run: async (w) => {
+      await w.ingest(4);
+      await w.export();
+      // A cloned host (or a restored backup): the same cache id, and the same seqs handed out again.
+      const copy = await w.clone();
+      await w.ingest(4);
+      const theirs = await copy.ingest(4, 1000);
+      const r = await w.export();
+      if (r.failed > 0) w.fail(`the original's export failed: ${r.errors.join('; ')}`);
+      const c = await copy.export();
+      const held = await w.held(theirs);
+      if (c.failed === 0) {
+        // Not refused: then the copy's rows must have been delivered, each once.
+        const missing = theirs.filter((t) => !held.has(t.id));
+        if (missing.length > 0) {
+          w.fail(
+            `the copy's unit has the label of one already delivered (same cache id, partition and seqs) and other rows; its export succeeded, but ${missing.length} of its rows are not at the destination (ids ${list(missing.map((t) => t.id))}): a silent loss. ` +
+              "Record unit.digest with each unit in your ledger and, when a unit's id (or range) is already there, call it a duplicate only if the digests are equal; else throw unitConflict(...) from hypsink/plugin",
+          );
+        }
+        await w.expectEachOnce('after both exports', [...w.rows, ...theirs]);
+        return;
+      }
+      const conflict = c.errors.some((e) => e.startsWith('HYPSINK_ERR_CONFLICT:'));
+      if (!conflict) w.fail(`the copy's unit was refused, but not as a conflict (${c.errors.join('; ')}): refuse a label taken by other content with unitConflict(...) from hypsink/plugin (HYPSINK_ERR_CONFLICT)`);
+      if (held.size > 0) w.fail(`the copy's unit was refused, but ${held.size} of its rows are at the destination (ids ${list([...held.keys()])}): refuse before writing anything`);
+      await w.expectEachOnce("after the copy's refusal", w.rows);
     },
   },
 ];

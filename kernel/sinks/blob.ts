@@ -336,6 +336,9 @@ async function bucketsOf(unit: Unit, reads: UnitReads, col: string, grain: TimeG
  * bucket is written first; its read learns the other buckets, written after it
  * in time order (null last). When that blob was already there (a retry), one
  * read learns them instead. The unit advances only once every blob exists.
+ * A destination that records unit digests is first asked about every key,
+ * after one read learns the buckets, so a unit refused as other rows stores
+ * none of its blobs.
  * @ref LLP 0048
  */
 async function shipByTime(encoder: Encoder, destination: BlobDestination, unit: Unit, reads: UnitReads, grain: TimeGrain, copyTag: string): Promise<ShipResult> {
@@ -352,10 +355,20 @@ async function shipByTime(encoder: Encoder, destination: BlobDestination, unit: 
     if (r.created) created++;
     return view.learned();
   };
+  // A destination that records digests is asked about every key of the unit before any is written:
+  // a taken key holding other rows refuses the whole unit, with nothing of it stored. @ref LLP 0054
+  let checked: Set<Bucket> | null = null;
+  if (destination.digestOf) {
+    checked = await bucketsOf(unit, reads, col, grain);
+    for (const b of checked) {
+      const key = blobKey(unit.partition, since, unit.until, encoder.extension, timeSegment(grain, b), copyTag);
+      sameUnit(unit, { created: false, bytes: 0, digest: await destination.digestOf(key, { signal: unit.signal }) }, destination.describe(key));
+    }
+  }
   const first = await firstBucket(unit, col, grain);
-  let known: Set<Bucket> | null = null;
+  let known: Set<Bucket> | null = checked;
   if (first !== undefined) {
-    const learned = await put(first, null);
+    const learned = await put(first, known);
     if (learned) {
       reads.check(); // what the read learned counts only if it was whole
       known = learned;

@@ -15,6 +15,7 @@ import { UNKNOWN_KEY_HINT, unknownOptions } from '../config/keys.js';
 import { interpolate, type LoadedConfig } from '../config/load.js';
 import { isBlobSink, type SinkConfig } from '../config/schema.js';
 import { FAULT_POINTS, type FaultPoint, fault } from '../fault.js';
+import { probed } from './probe.js';
 import type { PluginHost } from '../plugins/host.js';
 import { buildTransforms, canonicalJson, type TransformChain } from '../transform/index.js';
 import { blobShipper } from './blob.js';
@@ -178,7 +179,7 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
     name,
     kind: isBlobSink(sc) ? 'blob' : 'request',
     datasets: sc.datasets,
-    shipper,
+    shipper: probed(shipper, name),
     state,
     watermarks: state.watermarks,
     root,

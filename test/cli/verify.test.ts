@@ -29,7 +29,7 @@ interface VerifyJson {
     kind: string;
     verified: boolean;
     units: number;
-    partitions: { dataset: string; source: string; watermark: string | null; units: number; rowsChecked: number; notChecked: { pruned: number; uncounted: number }; intents: number }[];
+    partitions: { dataset: string; source: string; watermark: string | null; units: number; rowsChecked: number; contentChecked: number; notChecked: { pruned: number; uncounted: number; undigested: number }; intents: number }[];
     findings: Finding[];
   }[];
 }
@@ -71,7 +71,7 @@ test('a whole chain verifies: exit 0, one summary line per sink (through bin/hyp
   const { dir, config } = await setup();
   const r = await runBin(['verify', '--config', config], { cwd: dir });
   assert.equal(r.code, 0, r.stderr + r.stdout);
-  assert.match(r.stdout, /sink "archive": 6 units over 2 partitions, chain whole to the watermark/);
+  assert.match(r.stdout, /sink "archive": 6 units over 2 partitions, chain whole to the watermark; 6 units whose content matches the cache/);
   assert.match(r.stdout, /sink "lines": 6 units over 2 partitions, chain whole to the watermark/);
   const { code, j } = await verifyJson(config);
   assert.equal(code, 0);
@@ -79,7 +79,7 @@ test('a whole chain verifies: exit 0, one summary line per sink (through bin/hyp
   const archive = j.sinks.find((s) => s.name === 'archive')!;
   assert.deepEqual([archive.kind, archive.verified, archive.units, archive.findings], ['blob', true, 6, []]);
   const web = archive.partitions.find((p) => p.source === 'web')!;
-  assert.deepEqual([web.dataset, web.units, web.rowsChecked, web.notChecked, web.intents], ['events', 4, 4, { pruned: 0, uncounted: 0 }, 0]);
+  assert.deepEqual([web.dataset, web.units, web.rowsChecked, web.contentChecked, web.notChecked, web.intents], ['events', 4, 4, 4, { pruned: 0, uncounted: 0, undigested: 0 }, 0]);
   assert.match(web.watermark ?? '', /^\d+$/);
 });
 
@@ -222,4 +222,28 @@ test('rows retention pruned before the sink had them are its gap, not a hole', a
   const r = await cli('verify', '--sink', 'archive', '--config', config);
   assert.equal(r.code, 0, r.out + r.err);
   assert.match(r.out, /sink "archive": 6 units over 2 partitions, chain whole to the watermark; 6 units not checked \(rows pruned from the cache\); 1 gap where retention pruned rows before this sink had them/);
+});
+
+test('a blob whose recorded digest is not the cache rows of its range is a content finding naming it (LLP 0054)', async () => {
+  const { config, archive } = await setup();
+  const web = await blobs(archive, 'web');
+  // Plant another unit's digest in the commit record local-fs keeps for the second blob.
+  const commits = join(archive, '.hypsink-tmp', 'commits');
+  let planted = 0;
+  for (const f of await fsp.readdir(commits)) {
+    const path = join(commits, f);
+    const rec = JSON.parse(await fsp.readFile(path, 'utf8'));
+    if (typeof rec.key !== 'string' || !rec.key.endsWith(name(web[1]!))) continue;
+    rec.digest = `u1-${'B'.repeat(43)}`;
+    await fsp.writeFile(path, JSON.stringify(rec));
+    planted++;
+  }
+  assert.equal(planted, 1);
+  const { code, j } = await verifyJson(config, '--sink', 'archive');
+  assert.equal(code, 1);
+  const f = j.sinks[0]!.findings;
+  assert.equal(f.length, 1, JSON.stringify(f));
+  assert.equal(f[0]!.problem, 'content');
+  assert.match(f[0]!.object, new RegExp(name(web[1]!)));
+  assert.match(f[0]!.message, /recorded digest u1-B{43}, the cache's u1-/);
 });

@@ -60,7 +60,7 @@ async function roleOn(): Promise<{ url: string; role: string; grant(sql: string)
   return { url: url.toString(), role, admin, grant: async (sql) => void (await pg.query(sql.replaceAll('$role', role), [], adminUrl)) };
 }
 
-const OWN = 'GRANT SELECT, INSERT, UPDATE ON hypsink_watermarks TO $role; GRANT SELECT, INSERT ON hypsink_rejected TO $role';
+const OWN = 'GRANT SELECT, INSERT, UPDATE ON hypsink_watermarks, hypsink_units TO $role; GRANT SELECT, INSERT ON hypsink_rejected TO $role';
 
 test("a role with the sink's privileges on tables made beforehand, and no CREATE on the schema: it exports", async () => {
   const r = await roleOn();
@@ -72,7 +72,7 @@ test("a role with the sink's privileges on tables made beforehand, and no CREATE
 });
 for (const [what, grants, object, grant] of [
   ['no INSERT on the table', `${OWN}; GRANT SELECT ON events TO $role`, 'public.events', 'GRANT INSERT ON public.events TO "$role"'],
-  ['no UPDATE on the watermark table', 'GRANT SELECT, INSERT ON hypsink_watermarks, hypsink_rejected, events TO $role', 'public.hypsink_watermarks', 'GRANT SELECT, INSERT, UPDATE ON public.hypsink_watermarks TO "$role"'],
+  ['no UPDATE on the watermark table', 'GRANT SELECT, INSERT ON hypsink_watermarks, hypsink_rejected, events TO $role; GRANT SELECT, INSERT, UPDATE ON hypsink_units TO $role', 'public.hypsink_watermarks', 'GRANT SELECT, INSERT, UPDATE ON public.hypsink_watermarks TO "$role"'],
 ] as const) {
   test(`a role with ${what}: HYPSINK_ERR_AUTH naming the role and ${object}, nothing written`, async () => {
     const r = await roleOn();
@@ -100,4 +100,30 @@ test('a role without CREATE on the schema, the tables not made yet: HYPSINK_ERR_
   assert.equal(error?.code, 'HYPSINK_ERR_AUTH', String(error));
   assert.ok(error!.message.startsWith(`sink "warehouse": role "${role}" lacks a privilege on schema public at `), error!.message);
   assert.ok(error!.message.includes(`GRANT USAGE, CREATE ON SCHEMA public TO "${role}"`), error!.message);
+});
+
+test('a deployment from before unit records, its role without CREATE: the first export after the upgrade is HYPSINK_ERR_AUTH naming the schema, nothing written; with the units table made by an admin and granted, it exports', async () => {
+  const r = await roleOn();
+  // The sink's tables as an older version made them: no units table.
+  await r.admin.query('DROP TABLE hypsink_units');
+  await r.grant('GRANT SELECT, INSERT, UPDATE ON hypsink_watermarks TO $role; GRANT SELECT, INSERT ON hypsink_rejected TO $role; GRANT INSERT ON events TO $role');
+  const w = await pgWorkspace({ url: r.url });
+  const { error } = await exportTwo(w);
+  assert.equal(error?.code, 'HYPSINK_ERR_AUTH', String(error));
+  assert.ok(error!.message.startsWith(`sink "warehouse": role "${r.role}" lacks a privilege on schema public at `), error!.message);
+  assert.ok(error!.message.includes(`GRANT USAGE, CREATE ON SCHEMA public TO "${r.role}"`), error!.message);
+  assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM events WHERE source = 'h'"))[0]!.n, 0, 'nothing written');
+
+  // An admin's export makes the table; granted, the role's next export goes on.
+  assert.equal((await exportTwo(r.admin, 'by-admin-again')).error, null);
+  await r.grant('GRANT SELECT, INSERT, UPDATE ON hypsink_units TO $role');
+  const { k } = await w.open();
+  try {
+    const [t] = await k.export('warehouse');
+    assert.equal(t!.partitions[0]!.error, null, String(t!.partitions[0]!.error));
+  } finally {
+    await k.close();
+  }
+  assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM events WHERE source = 'h'"))[0]!.n, 2);
+  assert.equal((await r.admin.query("SELECT count(*)::int AS n FROM hypsink_units WHERE source = 'h'"))[0]!.n, 1);
 });

@@ -38,7 +38,7 @@ test('config.schema and config.table: every table of the sink is in that schema,
   const w = await pgWorkspace({ url, sink: { schema: 'Ops Data', table: 'Events 2026' } });
   const { report } = await exportOnce(w, 1, 5);
   assert.equal(report.error, null);
-  assert.deepEqual(await tablesIn(w, 'Ops Data'), ['Events 2026', 'hypsink_rejected', 'hypsink_watermarks']);
+  assert.deepEqual(await tablesIn(w, 'Ops Data'), ['Events 2026', 'hypsink_rejected', 'hypsink_units', 'hypsink_watermarks']);
   assert.deepEqual(await tablesIn(w, 'public'), []);
   assert.deepEqual((await w.query('SELECT id::int FROM "Ops Data"."Events 2026" ORDER BY id')).map((r) => r.id), [1, 2, 3, 4, 5]);
   const wm = await w.query('SELECT target FROM "Ops Data".hypsink_watermarks');
@@ -108,7 +108,7 @@ for (const [what, ddl, pattern] of [
     assert.match(String(local.lastError), /^HYPSINK_ERR_DESTINATION: /, 'status shows the error');
     assert.deepEqual(await w.query('SELECT * FROM hypsink_watermarks'), [], 'no watermark row');
     if (ddl) assert.deepEqual(await w.query('SELECT * FROM events'), []);
-    else assert.deepEqual(await tablesIn(w, 'public'), ['hypsink_rejected', 'hypsink_watermarks'], 'only its own tables are made');
+    else assert.deepEqual(await tablesIn(w, 'public'), ['hypsink_rejected', 'hypsink_units', 'hypsink_watermarks'], 'only its own tables are made');
   });
 }
 

@@ -1,6 +1,6 @@
 /** Shared setup for the S3 destination tests: the plugin loaded the way the host loads it. */
 import { readFileSync } from 'node:fs';
-import { GetObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { GetObjectCommand, type HeadObjectCommandOutput, HeadObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import activate from '../../plugins/s3/src/index.js';
 import type {
   BlobBody,
@@ -110,6 +110,16 @@ export async function readObject(endpoint: string, bucket: string, key: string):
   } catch (e) {
     if ((e as { name?: string }).name === 'NoSuchKey') return null;
     throw e;
+  } finally {
+    client.destroy();
+  }
+}
+
+/** HeadObject straight to the store: what any S3 client sees of an object (its metadata). */
+export async function headObject(endpoint: string, bucket: string, key: string): Promise<HeadObjectCommandOutput> {
+  const client = new S3Client({ region: 'us-east-1', endpoint, forcePathStyle: true, maxAttempts: 1 });
+  try {
+    return await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
   } finally {
     client.destroy();
   }

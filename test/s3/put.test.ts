@@ -1,13 +1,15 @@
 /**
  * The commit rule against a real S3-compatible server (s3rver over loopback):
  * exact bytes, create-if-absent on both the HeadObject path and the 412 path,
- * multipart for large blobs. @ref LLP 0007
+ * multipart for large blobs; the unit digest stored as the object's metadata
+ * and returned when the key is found taken, on every path. @ref LLP 0007,
+ * LLP 0054, LLP 0057
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type FaultProxy, enforceIfNoneMatch, startFaultProxy } from '../support/fault-proxy.js';
 import { type TestS3Server, startS3Server, useS3rverCredentials } from '../support/s3server.js';
-import { KEY, OPTS, baseConfig, bodyOf, bytes, makeDestination, readObject } from './helpers.js';
+import { KEY, OPTS, baseConfig, bodyOf, bytes, headObject, makeDestination, readObject } from './helpers.js';
 
 useS3rverCredentials();
 
@@ -76,7 +78,8 @@ describe('small blobs', () => {
         yield Buffer.from('a different body that must not land');
       }
       const r = await dest.putIfAbsent(KEY, second(), { ...OPTS, signal });
-      assert.deepEqual(r, { created: false, bytes: 0 });
+      // Put without a digest: the object there has none recorded.
+      assert.deepEqual(r, { created: false, bytes: 0, digest: null });
       assert.equal(pulled, 0, 'the body of an already-committed unit is not even read');
       const got = await readObject(s3.endpoint, 'lake', `${prefix}/${KEY}`);
       assert.equal(Buffer.compare(got!, first), 0);
@@ -97,7 +100,12 @@ describe('small blobs', () => {
     assert.equal(puts.length, 2);
     assert.ok(puts.every((l) => l.req.headers['if-none-match'] === '*'), 'every PUT carries If-None-Match: *');
     assert.equal(puts[1]?.action, 'respond', 'the second PUT was answered 412 by the store');
-    assert.equal(requestsFor(`${prefix}/${KEY}`).filter((l) => l.req.method === 'HEAD').length, 0, 'no HEAD in header mode');
+    // No pre-check in header mode; one HEAD after the 412 reads the digest of the object there (LLP 0054).
+    assert.deepEqual(
+      requestsFor(`${prefix}/${KEY}`).map((l) => l.req.method),
+      ['PUT', 'PUT', 'HEAD'],
+    );
+    assert.equal(r.digest, null, 'put without a digest');
     await dest.close();
   });
 
@@ -178,8 +186,55 @@ describe('large blobs (multipart)', () => {
     assert.deepEqual(await dest.putIfAbsent(KEY, bodyOf(bytes(150 * 1024, 9)), { ...OPTS, signal }), {
       created: false,
       bytes: 0,
+      digest: null,
     });
     assert.equal(Buffer.compare((await readObject(s3.endpoint, 'lake', `${prefix}/${KEY}`))!, first), 0);
+    await dest.close();
+  });
+});
+
+describe('the unit digest (LLP 0054)', () => {
+  const D1 = 'u1-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA';
+  const D2 = 'u1-BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB';
+  const partSize = 64 * 1024;
+  const cases = [
+    // [name, store, mode, size]: every way a taken key is found, single and multipart.
+    ['HEAD pre-check (auto), single PutObject', 's3rver', 'auto', 3000],
+    ['HEAD pre-check (head), multipart', 's3rver', 'head', 150 * 1024],
+    ['412 on PutObject (header)', 'proxy', 'header', 3000],
+    ['412 on CompleteMultipartUpload (header)', 'proxy', 'header', 150 * 1024],
+  ] as const;
+  for (const [name, store, mode, size] of cases) {
+    test(`${name}: stored as x-amz-meta-hypsink-digest; the taken key answers the digest recorded there, and digestOf reads it`, async () => {
+      const prefix = `dg-${mode}-${size}`;
+      const { dest } = makeDestination(baseConfig(store === 'proxy' ? proxy.endpoint : s3.endpoint, { prefix, partSize, createIfAbsent: mode }));
+      const first = bytes(size, 11);
+      assert.equal((await dest.putIfAbsent(KEY, bodyOf(first), { ...OPTS, signal, digest: D1 })).created, true);
+      // The metadata as any S3 client sees it.
+      const head = await headObject(s3.endpoint, 'lake', `${prefix}/${KEY}`);
+      assert.equal(head.Metadata?.['hypsink-digest'], D1);
+      // Another unit's put of the key: not created, the digest of what is there.
+      const other = await dest.putIfAbsent(KEY, bodyOf(bytes(size, 12)), { ...OPTS, signal, digest: D2 });
+      assert.equal(other.created, false);
+      assert.equal(other.digest, D1);
+      // The same unit again (a crash retry): the same digest, which the kernel takes as its own.
+      const again = await dest.putIfAbsent(KEY, bodyOf(first), { ...OPTS, signal, digest: D1 });
+      assert.deepEqual([again.created, again.digest], [false, D1]);
+      assert.equal(Buffer.compare((await readObject(s3.endpoint, 'lake', `${prefix}/${KEY}`))!, first), 0, 'never overwritten');
+      assert.equal(await dest.digestOf!(KEY, { signal }), D1);
+      assert.equal(await dest.digestOf!('events/none.parquet', { signal }), null, 'no object: no digest');
+      assert.deepEqual(await s3.pendingUploads('lake'), []);
+      await dest.close();
+    });
+  }
+
+  test('an object put before digests (no metadata) answers null: taken by its name, as before', async () => {
+    const prefix = 'dg-legacy';
+    const { dest } = makeDestination(baseConfig(s3.endpoint, { prefix }));
+    assert.equal((await dest.putIfAbsent(KEY, bodyOf(Buffer.from('old')), { ...OPTS, signal })).created, true);
+    const r = await dest.putIfAbsent(KEY, bodyOf(Buffer.from('new')), { ...OPTS, signal, digest: D2 });
+    assert.deepEqual(r, { created: false, bytes: 0, digest: null });
+    assert.equal(await dest.digestOf!(KEY, { signal }), null);
     await dest.close();
   });
 });

@@ -23,6 +23,8 @@ import { FIXTURE_PLUGINS, REPO } from '../support/kernel.js';
 import { testPg } from '../support/pg.js';
 
 const EXAMPLE = join(REPO, 'docs/examples/audit-sink');
+/** A case's place in the kit's order. */
+const order = (name: string) => conformance({ sink: () => ({}), read: async () => [] }).findIndex((c) => c.name === name);
 const BROKEN = join(FIXTURE_PLUGINS, 'broken-audit-sink');
 
 /** Every file under `dir` whose name ends with `ext`. */
@@ -44,7 +46,18 @@ for (const c of conformance({ plugins: [EXAMPLE], sink: (dir) => ({ plugin: 'hyp
   test(`the example sink: ${c.name}`, c.run);
 }
 
-test('a copy of the example that answers before its rows are durable fails the kit where a crash follows an advance, each case named', async () => {
+test('a copy of the example that answers before its rows are durable fails the kit where a crash follows an advance or a ship, each case named', async () => {
+  // What each failing case says: the kernel advanced past rows never written (the first unit's, crashed
+  // while a later one shipped; or all ten, crashed once the partition's advances were written), the
+  // rows of the two units acknowledged when the process died, a copy's rows skipped.
+  const says: Record<string, RegExp> = {
+    'a crash after a ship, before its watermark advance': /4 row\(s\) missing \(ids 1, 2, 3, 4\)/,
+    'a crash right after a watermark advance': /10 row\(s\) missing \(ids 1, 2, 3, 4, 5, 6, 7, 8, …\)/,
+    'a ship is durable when it resolves': /8 of those rows are not at the destination \(ids 1, 2, 3, 4, 5, 6, 7, 8\)/,
+    // Killed in the third unit's ship, with the first unit's advance written when the third's intent was.
+    'a crash at each moment inside a ship': /unit conformance\/source=kit:8:10, before its I\/O callback 3\) and a restart: 4 row\(s\) missing \(ids 1, 2, 3, 4\)/,
+    'a copy of the cache with other rows under the same labels is refused': /4 of its rows are not at the destination \(ids 1005, 1006, 1007, 1008\): a silent loss/,
+  };
   const failed: string[] = [];
   const passed: string[] = [];
   for (const c of conformance({ plugins: [BROKEN], sink: (dir) => ({ plugin: 'broken-audit-sink', config: { dir } }), read: auditRows })) {
@@ -58,17 +71,15 @@ test('a copy of the example that answers before its rows are durable fails the k
     }
     assert.ok(e instanceof ConformanceError, `a ConformanceError, not ${String(e)}`);
     assert.equal(e.caseName, c.name);
-    // The kernel advanced past rows never written: the first unit's (crashed while the next
-    // one shipped), or all ten (crashed once the partition's advances were written).
-    const lost = c.name === 'a crash right after a watermark advance' ? '10 row\\(s\\) missing \\(ids 1, 2, 3, 4, 5, 6, 7, 8, …\\)' : '4 row\\(s\\) missing \\(ids 1, 2, 3, 4\\)';
-    assert.match(e.message, new RegExp(`^conformance case "${c.name}": .*${lost}`));
+    assert.ok(says[c.name], `an expected failure, not ${e.message}`);
+    assert.match(e.message, new RegExp(`^conformance case "${c.name}": .*${says[c.name]!.source}`));
     failed.push(c.name);
   }
   // Killed before any advance (the replay case: at the next unit's intent), nothing kept was acknowledged for good.
-  assert.deepEqual(failed, ['a crash after a ship, before its watermark advance', 'a crash right after a watermark advance']);
+  assert.deepEqual(failed, Object.keys(says).sort((a, b) => order(a) - order(b)));
   assert.deepEqual(
     passed,
-    ['an export over several units', 'a tick with nothing new sends nothing', 'a lost acknowledgement, the unit retried in the same process', 'a recorded unit replayed after a crash before its ship'],
+    ['an export over several units', 'a tick with nothing new sends nothing', 'a lost acknowledgement, the unit retried in the same process', 'a recorded unit replayed after a crash before its ship', "a unit's id is the same in every process"],
     'without a crash past an advance, close() writes what it kept',
   );
   await assert.rejects(
@@ -77,6 +88,35 @@ test('a copy of the example that answers before its rows are durable fails the k
     'runConformance throws the first failing case',
   );
 });
+
+/**
+ * The kit's newer cases, each over a copy of the example with one bug planted
+ * that the first six cases pass: the case must fail it, naming what was lost
+ * and how to fix it (the example itself passes every case, above).
+ */
+const PLANTED = [
+  { plugin: 'buggy-early-ack', case: 'a ship is durable when it resolves', says: /ship resolved for 2 unit\(s\) \(8 rows; .*: 4 of those rows are not at the destination \(ids 5, 6, 7, 8\)\. A ship resolves only once/ },
+  { plugin: 'buggy-ledger-first', case: 'a crash at each moment inside a ship', says: /after a kill inside a ship \(unit conformance\/source=kit:-:4, before its I\/O callback \d+\) and a restart: (4 row\(s\) missing \(ids 1, 2, 3, 4\)|reading back what the destination holds failed)/ },
+  { plugin: 'buggy-impure-id', case: "a unit's id is the same in every process", says: /unitId gave ".*" for the range of unit ".*" \(\d+ unit\(s\) differ\): a unit's id must be a pure function/ },
+  {
+    plugin: 'buggy-ignores-digest',
+    case: 'a copy of the cache with other rows under the same labels is refused',
+    says: /its export succeeded, but 4 of its rows are not at the destination \(ids 1005, 1006, 1007, 1008\): a silent loss\. Record unit\.digest/,
+  },
+] as const;
+
+for (const p of PLANTED) {
+  test(`a copy of the example with a planted bug (${p.plugin}) fails "${p.case}"`, async () => {
+    const c = conformance({ plugins: [join(FIXTURE_PLUGINS, p.plugin)], sink: (dir) => ({ plugin: p.plugin, config: { dir } }), read: auditRows }).find((c) => c.name === p.case);
+    assert.ok(c, `the kit has a case "${p.case}"`);
+    await assert.rejects(c.run(), (e: unknown) => {
+      assert.ok(e instanceof ConformanceError, `a ConformanceError, not ${String(e)}`);
+      assert.equal(e.caseName, p.case);
+      assert.match(e.message, p.says);
+      return true;
+    });
+  });
+}
 
 for (const writer of ['@hypsink/format-jsonl', '@hypsink/format-parquet'] as const) {
   for (const c of conformance({

@@ -112,20 +112,41 @@ export async function digestFile(path: string): Promise<Digest | null> {
 }
 
 /**
- * local-fs's commit record of a partition folder: the key it is about to link
- * there and that blob's size and digest. Written durably before the link, so a
- * retry that finds the key knows the file for its own even when the unit would
- * now encode to other bytes (compaction changed the batch boundaries).
+ * local-fs's commit record of a blob: its key, size and sha256, and the unit
+ * digest the kernel gave its put. Written durably before the link, so a retry
+ * that finds the key knows the file for its own even when the unit would now
+ * encode to other bytes (compaction changed the batch boundaries), and knows
+ * which unit it holds: the same key with another digest is other rows under
+ * this unit's name (a copied or restored cache), which the kernel refuses.
+ * `digest` is absent from records written before digests (and from puts given
+ * none): such a key is taken by its name and bytes, as before.
+ * @ref LLP 0054, LLP 0057
  */
 export interface CommitRecord extends Digest {
   readonly v: 1;
   readonly key: string;
+  readonly digest?: string;
 }
 
-/** `<commitsDir>/<sha256 of the folder's path relative to the root, with '/'>.json`. */
-export function recordPath(commitsDir: string, relDir: string): string {
+/**
+ * One record per key: `<commitsDir>/unit-<sha256 of the key>.json`, so every
+ * blob's digest stays known, not only the last one linked in its folder.
+ */
+export function recordPath(commitsDir: string, key: string): string {
+  return join(commitsDir, `unit-${createHash('sha256').update(key).digest('hex')}.json`);
+}
+
+/**
+ * Where local-fs before LLP 0057 kept one record per partition folder (the last
+ * key it linked there, without a digest): `<commitsDir>/<sha256 of the folder's
+ * path relative to the root, with '/'>.json`. Still read, never written.
+ */
+export function folderRecordPath(commitsDir: string, relDir: string): string {
   return join(commitsDir, `${createHash('sha256').update(relDir).digest('hex')}.json`);
 }
+
+/** A unit digest as the kernel writes them (`u1-` and base64url), or a later scheme's: a short printable tag. */
+const DIGEST = /^[a-z0-9]{1,8}-[A-Za-z0-9_-]{1,128}$/;
 
 /** The record at `path`, or null when there is none or it is not one of ours (then the caller reads back). */
 export async function readRecord(path: string): Promise<CommitRecord | null> {
@@ -145,7 +166,9 @@ export async function readRecord(path: string): Promise<CommitRecord | null> {
   try {
     const r = JSON.parse(text) as Partial<CommitRecord>;
     if (r.v === 1 && typeof r.key === 'string' && Number.isSafeInteger(r.size) && typeof r.sha256 === 'string' && /^[0-9a-f]{64}$/.test(r.sha256)) {
-      return { v: 1, key: r.key, size: r.size!, sha256: r.sha256 };
+      // A digest that is not one is no digest: the key is then taken by its bytes alone.
+      const digest = typeof r.digest === 'string' && DIGEST.test(r.digest) ? { digest: r.digest } : {};
+      return { v: 1, key: r.key, size: r.size!, sha256: r.sha256, ...digest };
     }
   } catch {
     // not JSON: not a record of ours

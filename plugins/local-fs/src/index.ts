@@ -1,18 +1,21 @@
 /**
  * `@hypsink/local-fs`: blobs as files under `config.dir`. A put writes a temp
  * file (hashing it as it streams), fsyncs it, durably records the key with the
- * blob's size and digest in the partition folder's commit record, then links
- * it under its key: create-if-absent, a link onto an existing name fails, so a
- * committed file is never overwritten.
+ * blob's size and sha256 and the unit's digest in the key's commit record, then
+ * links it under its key: create-if-absent, a link onto an existing name fails,
+ * so a committed file is never overwritten.
  *
- * An existing entry at the key counts as the unit committed before only when
- * it is a regular file and its contents are the unit's: its size and digest
- * are the commit record's for this key, or, without such a record, equal to
- * the body given now. Anything else (a link, dangling or not, a folder,
- * someone else's file) is an error naming the path. No link is followed inside
- * the root, and the temp sweep removes only local-fs's own temp files.
+ * An existing entry at the key counts as a unit committed before only when it
+ * is a regular file and its contents are the unit's: its size and sha256 are
+ * the commit record's for this key (which then says which unit it holds: its
+ * digest goes back to the kernel, which refuses another unit's), or, without
+ * such a record, equal to the body given now. Anything else (a link, dangling
+ * or not, a folder, someone else's file) is an error naming the path. No link
+ * is followed inside the root, and the temp sweep removes only local-fs's own
+ * temp files.
  * @ref LLP 0005: write-ahead intent (a retried unit finds its file and stops)
  * @ref LLP 0028: local-fs never follows links it did not make
+ * @ref LLP 0054, LLP 0057: a unit is known by its digest, recorded with its blob
  */
 import { promises as fsp } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
@@ -27,12 +30,13 @@ import {
   type ListedBlob,
   type PluginContext,
   type PluginOptionsSpec,
+  type PutOptions,
   type PutResult,
   parseSinkConfig,
   type SinkBuildContext,
 } from 'hypsink/plugin';
 import { checkFolder } from './check.js';
-import { type Digest, digestBody, digestFile, readRecord, recordPath, sweepTemps, tempName, writeNew, writeRecord } from './files.js';
+import { type CommitRecord, type Digest, digestBody, digestFile, folderRecordPath, readRecord, recordPath, sweepTemps, tempName, writeNew, writeRecord } from './files.js';
 import { listBlobs, readRange } from './readback.js';
 import { checkRoot, ensureFolders, fsyncDir, kindOf, linkTarget, lstatOrNull, treeError } from './tree.js';
 
@@ -46,7 +50,7 @@ const configSchema = z
 /** The sink's `config`, declared so the host checks it before `create`. @ref LLP 0032 */
 export const LOCAL_FS_OPTIONS: PluginOptionsSpec = { keys: Object.keys(configSchema.shape), validate: configSchema['~standard'].validate };
 const TMP = '.hypsink-tmp';
-/** Inside TMP: one commit record per partition folder. */
+/** Inside TMP: one commit record per key (and, from before LLP 0057, one per partition folder). */
 const COMMITS = 'commits';
 
 class LocalFsDestination implements BlobDestination {
@@ -97,7 +101,7 @@ class LocalFsDestination implements BlobDestination {
     return this.ready;
   }
 
-  async putIfAbsent(key: string, body: BlobBody, opts: { signal: AbortSignal; exclusive?: boolean }): Promise<PutResult> {
+  async putIfAbsent(key: string, body: BlobBody, opts: PutOptions): Promise<PutResult> {
     const final = this.target(key);
     try {
       await this.prepare();
@@ -105,21 +109,21 @@ class LocalFsDestination implements BlobDestination {
       const tmpDir = await ensureFolders(this.sink, this.root, TMP);
       const commitsDir = await ensureFolders(this.sink, this.root, `${TMP}/${COMMITS}`);
       const relDir = relative(this.root, dirname(final)).split(sep).join('/');
-      const record = recordPath(commitsDir, relDir);
+      const records = { commitsDir, relDir };
       // Every folder down to the key's is checked (and made) before the key itself is looked at.
       await ensureFolders(this.sink, this.root, relDir);
-      if (await lstatOrNull(final)) return await this.existing(key, final, record, { body, signal: opts.signal }, opts.exclusive === true);
+      if (await lstatOrNull(final)) return await this.existing(key, final, records, { body, signal: opts.signal }, opts.exclusive === true);
       const temp = join(tmpDir, tempName());
       try {
         const written = await writeNew(temp, body, opts.signal, () => this.aborted(final));
         this.build.fault?.('localfs.afterTemp');
-        await writeRecord(tmpDir, commitsDir, record, { v: 1, key, ...written });
+        await writeRecord(tmpDir, commitsDir, recordPath(commitsDir, key), { v: 1, key, ...written, ...(opts.digest === undefined ? {} : { digest: opts.digest }) });
         this.build.fault?.('localfs.afterRecord');
         try {
           await fsp.link(temp, final);
         } catch (e) {
           // Something appeared at the key since it was checked: ours only if it holds these very bytes.
-          if ((e as NodeJS.ErrnoException).code === 'EEXIST') return await this.existing(key, final, record, { written }, opts.exclusive === true);
+          if ((e as NodeJS.ErrnoException).code === 'EEXIST') return await this.existing(key, final, records, { written }, opts.exclusive === true);
           throw e;
         }
         await fsyncDir(dirname(final));
@@ -134,16 +138,17 @@ class LocalFsDestination implements BlobDestination {
   }
 
   /**
-   * An entry is at the key. It is this unit, committed before, only when it is
-   * a regular file with the unit's contents: the size and digest this key's
-   * commit record holds, or else (a file from before commit records, or not
-   * ours) those of the body. Anything else is refused, naming the path.
-   * `exclusive`: any regular file there answers "not created", unread.
+   * An entry is at the key. It is a unit committed before only when it is a
+   * regular file with a unit's contents: the size and sha256 this key's commit
+   * record holds (its digest then goes back to the kernel, which refuses the
+   * put when it is another unit's), or else (a file from before commit
+   * records, or not ours) those of the body. Anything else is refused, naming
+   * the path. `exclusive`: any regular file there answers "not created", unread.
    */
   private async existing(
     key: string,
     final: string,
-    record: string,
+    records: { commitsDir: string; relDir: string },
     unit: { body: BlobBody; signal: AbortSignal } | { written: Digest },
     exclusive: boolean,
   ): Promise<PutResult> {
@@ -158,16 +163,47 @@ class LocalFsDestination implements BlobDestination {
     if (exclusive) return { created: false, bytes: st.size };
     const found = await digestFile(final);
     if (found === null) throw treeError(this.sink, `${final} changed while it was read (it is no longer a regular file): remove what is there, then export again`);
-    const rec = await readRecord(record);
-    if (rec !== null && rec.key === key && rec.size === found.size && rec.sha256 === found.sha256) return { created: false, bytes: found.size };
+    const rec = await this.recordOf(key, records.commitsDir, records.relDir);
+    // The digest recorded with these very bytes; null: recorded before digests (taken by its name). @ref LLP 0054
+    if (rec !== null && rec.size === found.size && rec.sha256 === found.sha256) return { created: false, bytes: found.size, digest: rec.digest ?? null };
     const mine = 'written' in unit ? unit.written : await digestBody(unit.body, unit.signal, () => this.aborted(final));
-    if (mine.size === found.size && mine.sha256 === found.sha256) return { created: false, bytes: found.size };
+    // The unit's own bytes: this unit, whatever the record says.
+    if (mine.size === found.size && mine.sha256 === found.sha256) return { created: false, bytes: found.size, digest: null };
     const sizes = mine.size === found.size ? `both ${found.size} bytes, other contents` : `${found.size} bytes there, the unit ${mine.size} bytes`;
-    const why = rec?.key === key ? 'and it is not the file local-fs committed there (changed or replaced since)' : 'and local-fs has no record of committing it';
+    const why = rec !== null ? 'and it is not the file local-fs committed there (changed or replaced since)' : 'and local-fs has no record of committing it';
     throw treeError(
       this.sink,
       `${final} exists but is not this unit's blob (${sizes}), ${why}; local-fs never overwrites a file: move it aside, then export again to write the unit there`,
     );
+  }
+
+  /**
+   * The commit record of `key`: its own, or else the one its folder kept before
+   * LLP 0057 when that names this key; null when neither does.
+   */
+  private async recordOf(key: string, commitsDir: string, relDir: string): Promise<CommitRecord | null> {
+    const own = await readRecord(recordPath(commitsDir, key));
+    if (own?.key === key) return own;
+    const folder = await readRecord(folderRecordPath(commitsDir, relDir));
+    return folder?.key === key ? folder : null;
+  }
+
+  /**
+   * The unit digest recorded with a committed blob, for verify; null when its
+   * record has none (written before digests) or no longer describes the file
+   * there (its size differs: replaced since). Read-only. @ref LLP 0054
+   */
+  async digestOf(key: string): Promise<string | null> {
+    const final = this.target(key);
+    try {
+      const st = await lstatOrNull(final);
+      if (!st?.isFile()) return null;
+      const relDir = relative(this.root, dirname(final)).split(sep).join('/');
+      const rec = await this.recordOf(key, join(this.root, TMP, COMMITS), relDir);
+      return rec?.digest !== undefined && rec.size === st.size ? rec.digest : null;
+    } catch (e) {
+      throw isHypsinkError(e) ? e : this.readError(e, final);
+    }
   }
 
   private aborted(final: string): HypsinkError {
@@ -266,6 +302,8 @@ class LocalFsDestination implements BlobDestination {
       if (!st.isFile()) throw treeError(this.sink, `${final} is ${kindOf(st)}, not a blob local-fs wrote; it is left as it is`);
       await fsp.unlink(final);
       await fsyncDir(dirname(final));
+      // Its record goes with it: a later blob at the key is a new commit.
+      await fsp.unlink(recordPath(join(this.root, TMP, COMMITS), key)).catch(() => undefined);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
       throw isHypsinkError(e) ? e : this.fsError(e, final);

@@ -56,6 +56,11 @@ export const PostgresConfigSchema = z
     watermarkTable: ident.default('hypsink_watermarks'),
     /** The sink's dead letter: rows PostgreSQL refused, with the reason. */
     rejectTable: ident.default('hypsink_rejected'),
+    /**
+     * The sink's unit records: one row per unit it committed (its range, digest and row counts),
+     * written in the unit's transaction. "Already there" is decided by them, and verify reads them. @ref LLP 0056
+     */
+    unitTable: ident.default('hypsink_units'),
     /** A unit refused more rows than this one by one: the sink stops instead (the table is likely wrong, not the rows). */
     maxRejectedRows: z.number().int().min(0).default(100),
     /** Cut a unit at this many rows: one transaction, so large enough that its commit is a few percent. @ref LLP 0047 */

@@ -6,8 +6,12 @@
  * truth: every attempt first reads (and locks) the watermark row, so a unit
  * already committed (by this run before a lost answer, by a run that crashed
  * after COMMIT, or by a zombie exporter) is known as committed and not
- * written again. @ref LLP 0041 (the transaction and the recovery rule),
- * LLP 0042 (refused rows)
+ * written again. Which content it committed is in the unit's record (range,
+ * digest, row counts), written in the same transaction: a label held with
+ * another digest is other rows (a copied or restored cache), refused, never
+ * called committed. @ref LLP 0041 (the transaction and the recovery rule),
+ * LLP 0042 (refused rows), LLP 0054 (a unit is known by its content),
+ * LLP 0056 (the units table)
  */
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
@@ -17,6 +21,7 @@ import type {
   ColumnSpec,
   ConnectionCheckOptions,
   Continuation,
+  HeldUnit,
   PartitionRef,
   ShipResult,
   SinkBuildContext,
@@ -24,13 +29,13 @@ import type {
   UnitLimits,
   UnitShipper,
 } from 'hypsink/plugin';
-import { HypsinkError } from 'hypsink/plugin';
+import { HypsinkError, unitConflict } from 'hypsink/plugin';
 import pg from 'pg';
 import copyStreams from 'pg-copy-streams';
 import { type Connection, connection, type PostgresConfig } from './config.js';
 import { type CopyPass, copyText } from './copy.js';
 import { classify, copyLine, type FaultScope, Redactor, rowReason, toHypsinkError } from './errors.js';
-import { ensureOwnTables, ensureTable, type Names, q, SOURCE_COLUMN } from './table.js';
+import { ensureOwnTables, ensureTable, type Names, ownTables, q, SOURCE_COLUMN } from './table.js';
 
 /** Bump only with a migration note: recorded intents keep their ids either way. */
 const ID_SCHEME = 'hypsink.postgres.unit.v1';
@@ -40,16 +45,58 @@ interface Refusal {
   row: Record<string, unknown> | null;
 }
 
-/** What the watermark row says of a unit. */
-type Verdict = { kind: 'ship'; held: string | null } | { kind: 'committed'; held: string } | { kind: 'conflict'; held: string | null };
+/** A row of the units table: one committed unit (digest null: a range committed before unit records). @ref LLP 0056 */
+export interface UnitRecord {
+  readonly since: string | null;
+  readonly until: string;
+  readonly unit: string;
+  readonly digest: string | null;
+  /** Rows it put in the table and in the dead letter (null with the digest). */
+  readonly rows: string | null;
+  readonly rejected: number | null;
+}
 
-/** The unit against the database's watermark: committed, to ship, or neither (an error). @ref LLP 0041 */
-export function verdict(held: string | null, unit: Pick<Unit, 'since' | 'until' | 'prior'>): Verdict {
-  if (held !== null && BigInt(held) >= BigInt(unit.until.seq)) return { kind: 'committed', held };
+/**
+ * What the watermark row and the unit records say of a unit: to ship;
+ * committed (with its record, or null: by its label, for a range committed
+ * before unit records); other content under its label (a copied or restored
+ * cache: refused); or a watermark row that matches nothing (an error).
+ */
+export type Verdict =
+  | { kind: 'ship' }
+  | { kind: 'committed'; record: UnitRecord | null }
+  | { kind: 'other'; record: UnitRecord }
+  | { kind: 'conflict' };
+
+/**
+ * The unit against the database: `held` is the watermark row's until (null:
+ * no row), `overlapping` the records of this writer's partition whose range
+ * meets the unit's. A label is held when the row is at or past the unit's
+ * until; it is this unit only if the record at its range has its digest. A
+ * held range that does not line up with the unit's (a clone's unit (0, 5]
+ * where (0, 12] was committed) is other content too. @ref LLP 0041, LLP 0056
+ */
+export function verdict(held: string | null, unit: Pick<Unit, 'since' | 'until' | 'prior' | 'digest'>, overlapping: readonly UnitRecord[]): Verdict {
   const since = unit.since?.seq ?? null;
   const prior = unit.prior?.seq ?? null;
-  if (held === since || held === prior) return { kind: 'ship', held };
-  return { kind: 'conflict', held };
+  // Records without a digest (committed before unit records) say nothing of content: the label decides, as before.
+  const known = overlapping.filter((r) => r.digest !== null);
+  if (held !== null && BigInt(held) >= BigInt(unit.until.seq)) {
+    const exact = known.find((r) => r.since === since && r.until === unit.until.seq);
+    if (exact) return exact.digest === unit.digest ? { kind: 'committed', record: exact } : { kind: 'other', record: exact };
+    if (known.length > 0) return { kind: 'other', record: known[0]! };
+    return { kind: 'committed', record: null };
+  }
+  if (held === since || held === prior) return { kind: 'ship' };
+  // The row is neither at the unit's start nor past its end, and other content of this cache's
+  // seqs is recorded there: a copy of this cache got there first.
+  if (known.length > 0) return { kind: 'other', record: known[0]! };
+  return { kind: 'conflict' };
+}
+
+/** The id of a range committed before unit records: no unit of this sink has it (theirs start `hpg1-`). */
+function legacyId(since: string | null, until: string): string {
+  return `hpg-before-records-${since ?? 'start'}-${until}`;
 }
 
 export class PostgresShipper implements UnitShipper {
@@ -72,7 +119,7 @@ export class PostgresShipper implements UnitShipper {
     this.conn = connection(cfg, ctx.sink, ctx.baseDir);
     this.redact = new Redactor(this.conn.password);
     this.limits = { maxRows: cfg.maxRows, maxBytes: cfg.maxBytes };
-    this.names = { schema: cfg.schema, watermarks: cfg.watermarkTable, rejects: cfg.rejectTable };
+    this.names = { schema: cfg.schema, watermarks: cfg.watermarkTable, rejects: cfg.rejectTable, units: cfg.unitTable };
     this.destination = `postgres ${this.conn.shown} schema ${cfg.schema}${cfg.table ? ` table ${cfg.table}` : ''}`;
   }
 
@@ -89,7 +136,7 @@ export class PostgresShipper implements UnitShipper {
 
   private scope(dataset: string): FaultScope {
     const n = this.names;
-    const needs = { [this.tableOf(dataset)]: 'INSERT', [n.watermarks]: 'SELECT, INSERT, UPDATE', [n.rejects]: 'SELECT, INSERT' };
+    const needs = { [this.tableOf(dataset)]: 'INSERT', [n.watermarks]: 'SELECT, INSERT, UPDATE', [n.rejects]: 'SELECT, INSERT', [n.units]: 'SELECT, INSERT, UPDATE' };
     return { sink: this.ctx.sink, user: this.conn.user, shown: this.conn.shown, table: `${this.cfg.schema}.${this.tableOf(dataset)}`, schema: n.schema, needs, sslMode: this.conn.sslMode, redact: this.redact };
   }
 
@@ -195,23 +242,43 @@ export class PostgresShipper implements UnitShipper {
   private async transaction(client: pg.PoolClient, unit: Unit): Promise<ShipResult> {
     const p = unit.partition;
     const writer = this.ctx.cacheId;
-    const wm = `${q(this.names.schema)}.${q(this.names.watermarks)}`;
-    const rj = `${q(this.names.schema)}.${q(this.names.rejects)}`;
+    const { wm, rj, un } = ownTables(this.names);
     const target = `${this.cfg.schema}.${this.tableOf(p.dataset)}`;
     const key = [writer, this.ctx.sink, p.dataset, p.source];
+    const since = unit.since?.seq ?? null;
     await client.query('BEGIN');
     try {
       const found = await client.query<{ until: string }>(`SELECT until::text AS until FROM ${wm} WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 FOR UPDATE`, key);
       const held = found.rows[0]?.until ?? null;
-      const v = verdict(held, unit);
+      // Read after the row lock: the records of every unit committed up to the row's until are visible.
+      const overlapping = held === null || BigInt(held) === BigInt(unit.since?.seq ?? -1) ? [] : await this.overlapping(client, unit);
+      const v = verdict(held, unit, overlapping);
       if (v.kind === 'committed') {
-        const r = await client.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${rj} WHERE writer = $1 AND sink = $2 AND unit = $3`, [writer, this.ctx.sink, unit.id]);
+        let rejected = v.record?.rejected ?? null;
+        if (rejected === null) {
+          const r = await client.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${rj} WHERE writer = $1 AND sink = $2 AND unit = $3`, [writer, this.ctx.sink, unit.id]);
+          rejected = Number(r.rows[0]?.n ?? 0);
+        }
         await client.query('ROLLBACK');
-        return { rows: unit.plannedRows, bytes: 0, duplicate: true, rejected: Number(r.rows[0]?.n ?? 0) };
+        return { rows: unit.plannedRows, bytes: 0, duplicate: true, rejected };
       }
-      if (v.kind === 'conflict') throw this.conflict(unit, v.held);
+      if (v.kind === 'other') {
+        throw unitConflict({
+          sink: this.ctx.sink,
+          partition: p,
+          since,
+          until: unit.until.seq,
+          digest: unit.digest,
+          held: { since: v.record.since, until: v.record.until, digest: v.record.digest },
+          where: `${this.names.schema}.${this.names.units} at ${this.conn.shown}`,
+        });
+      }
+      if (v.kind === 'conflict') throw this.conflict(unit, held);
+      // Units committed before unit records (an older version of the sink) up to the row: one record
+      // without a digest says so, so that verify reads that range as shipped, not as a hole.
+      if (held !== null) await this.recordLegacy(client, key, held, target);
 
-      const { refusals, bytes } = await this.copy(client, unit);
+      const { refusals, bytes, rows } = await this.copy(client, unit);
       if (refusals.size > 0) await this.deadLetter(client, unit, refusals, target);
       const moved =
         held === null
@@ -233,6 +300,14 @@ export class PostgresShipper implements UnitShipper {
         // next attempt read what it committed.
         throw Object.assign(new Error(`the watermark row of ${p.dataset}/source=${p.source} was written by another session meanwhile`), { code: '40001' });
       }
+      // Only the session that moved the row gets here, so a record is written once per commit. A record
+      // already at this until is one the row was set back over by hand (the operator said to go on): replaced.
+      await client.query(
+        `INSERT INTO ${un} (writer, sink, dataset, source, since, until, unit, digest, rows, rejected, target) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         ON CONFLICT (writer, sink, dataset, source, until) DO UPDATE SET since = EXCLUDED.since, unit = EXCLUDED.unit, digest = EXCLUDED.digest,
+           rows = EXCLUDED.rows, rejected = EXCLUDED.rejected, target = EXCLUDED.target, committed_at = now()`,
+        [...key, since, unit.until.seq, unit.id, unit.digest, rows + refusals.size, refusals.size, target],
+      );
       this.ctx.fault?.('postgres.afterCopy');
       await client.query('COMMIT');
       this.ctx.fault?.('postgres.afterCommit');
@@ -248,7 +323,7 @@ export class PostgresShipper implements UnitShipper {
    * is taken out and the COPY runs again from a savepoint, so the unit's other
    * rows still commit. @ref LLP 0042
    */
-  private async copy(client: pg.PoolClient, unit: Unit): Promise<{ refusals: Map<number, Refusal>; bytes: number }> {
+  private async copy(client: pg.PoolClient, unit: Unit): Promise<{ refusals: Map<number, Refusal>; bytes: number; rows: number }> {
     const columns: readonly ColumnSpec[] = unit.schema.columns;
     const table = `${q(this.cfg.schema)}.${q(this.tableOf(unit.partition.dataset))}`;
     const sql = `COPY ${table} (${[SOURCE_COLUMN, ...columns.map((c) => c.name)].map(q).join(', ')}) FROM STDIN`;
@@ -276,7 +351,7 @@ export class PostgresShipper implements UnitShipper {
         if ([...refusals.values()].some((r) => r.row === null)) {
           throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.ctx.sink}": a refused row of unit ${unit.id} was not seen again on the next pass`);
         }
-        return { refusals, bytes: pass.bytes };
+        return { refusals, bytes: pass.bytes, rows: pass.sent.length };
       } catch (e) {
         if (unit.signal.aborted) throw this.aborted(unit);
         const line = classify(e) === 'row' ? copyLine(e as object) : null;
@@ -292,6 +367,83 @@ export class PostgresShipper implements UnitShipper {
           );
         }
       }
+    }
+  }
+
+  /**
+   * Records of this writer's units of the partition whose range meets the unit's: the one at its exact
+   * range first, then those with a digest (the verdict needs no more than the first of each), bounded.
+   */
+  private async overlapping(client: pg.PoolClient, unit: Unit): Promise<UnitRecord[]> {
+    const p = unit.partition;
+    const un = ownTables(this.names).un;
+    const r = await client.query<UnitRecord>(
+      `SELECT since::text AS since, until::text AS until, unit, digest, rows::text AS rows, rejected FROM ${un}
+        WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 AND ${un}.until > $5 AND (${un}.since IS NULL OR ${un}.since < $6)
+        ORDER BY (${un}.until = $6 AND COALESCE(${un}.since, -1) = $5) DESC, ${un}.digest IS NULL, ${un}.until LIMIT 16`,
+      [this.ctx.cacheId, this.ctx.sink, p.dataset, p.source, unit.since?.seq ?? '-1', unit.until.seq],
+    );
+    return r.rows;
+  }
+
+  /**
+   * The row is at `held` but no record reaches it: the units up to there were committed before unit
+   * records existed. Record that range once, without a digest or counts. @ref LLP 0056
+   */
+  private async recordLegacy(client: pg.PoolClient, key: string[], held: string, target: string): Promise<void> {
+    const un = ownTables(this.names).un;
+    const top = await client.query<{ until: string | null }>(`SELECT max(until)::text AS until FROM ${un} WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4`, key);
+    const last = top.rows[0]?.until ?? null;
+    if (last !== null && BigInt(last) >= BigInt(held)) return;
+    await client.query(`INSERT INTO ${un} (writer, sink, dataset, source, since, until, unit, digest, rows, rejected, target) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL, $8)`, [
+      ...key,
+      last,
+      held,
+      legacyId(last, held),
+      target,
+    ]);
+  }
+
+  /**
+   * Every unit of this writer the database holds of `partition`, from the unit records; a range the
+   * watermark row holds beyond every record (units committed before unit records, by a partition
+   * not shipped since) as one unit without a digest or counts. Reads only: nothing is created.
+   * @ref LLP 0037, LLP 0056
+   */
+  async *inventory(partition: PartitionRef, opts: { signal: AbortSignal }): AsyncIterable<HeldUnit> {
+    const { wm, un } = ownTables(this.names);
+    const key = [this.ctx.cacheId, this.ctx.sink, partition.dataset, partition.source];
+    let records: UnitRecord[] = [];
+    let held: string | null = null;
+    if (opts.signal.aborted) throw new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.ctx.sink}": stopped before its unit records were read`);
+    let client: pg.PoolClient | null = null;
+    try {
+      client = await this.getPool().connect();
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const there = (await client.query<{ wm: boolean; un: boolean }>('SELECT to_regclass($1) IS NOT NULL AS wm, to_regclass($2) IS NOT NULL AS un', [wm, un])).rows[0]!;
+      if (there.un) {
+        records = (
+          await client.query<UnitRecord>(
+            `SELECT since::text AS since, until::text AS until, unit, digest, rows::text AS rows, rejected FROM ${un} WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4 ORDER BY ${un}.until`,
+            key,
+          )
+        ).rows;
+      }
+      if (there.wm) held = (await client.query<{ until: string }>(`SELECT until::text AS until FROM ${wm} WHERE writer = $1 AND sink = $2 AND dataset = $3 AND source = $4`, key)).rows[0]?.until ?? null;
+      await client.query('COMMIT');
+      client.release();
+      client = null;
+    } catch (e) {
+      client?.release(e as Error);
+      throw toHypsinkError(e, { ...this.scope(partition.dataset), table: `${this.names.schema}.${this.names.units}` }, classify(e));
+    }
+    const where = `${this.names.schema}.${this.names.units} at ${this.conn.shown}`;
+    for (const r of records) {
+      yield { id: r.unit, since: r.since, until: r.until, ...(r.rows !== null ? { rows: Number(r.rows) } : {}), digest: r.digest, where };
+    }
+    const top = records.at(-1)?.until ?? null;
+    if (held !== null && (top === null || BigInt(held) > BigInt(top))) {
+      yield { id: legacyId(top, held), since: top, until: held, digest: null, where: `${this.names.schema}.${this.names.watermarks} at ${this.conn.shown} (committed before unit records)` };
     }
   }
 
@@ -357,12 +509,12 @@ export class PostgresShipper implements UnitShipper {
       const row = r.rows[0]!;
       const role = `"${row.who.replace(/"/g, '""')}"`;
       // What the first export would meet, said now: the sink's own tables it may not make. @ref LLP 0045
-      const own = [this.names.watermarks, this.names.rejects].map((t) => `${q(this.cfg.schema)}.${q(t)}`);
+      const own = [this.names.watermarks, this.names.rejects, this.names.units].map((t) => `${q(this.cfg.schema)}.${q(t)}`);
       const missing = (await client.query<{ t: string | null }>('SELECT to_regclass(t)::text AS t FROM unnest($1::text[]) AS t', [own])).rows.some((x) => x.t === null);
       if (!row.can_create && missing) {
         throw new HypsinkError(
           'HYPSINK_ERR_AUTH',
-          `sink "${this.ctx.sink}": role "${row.who}" may not create tables in schema ${this.cfg.schema} at ${c.shown}, and the sink's tables ${this.cfg.schema}.${this.names.watermarks} and ${this.cfg.schema}.${this.names.rejects} are not there; GRANT CREATE ON SCHEMA ${q(this.cfg.schema)} TO ${role}, or let a role that may make them run the first export`,
+          `sink "${this.ctx.sink}": role "${row.who}" may not create tables in schema ${this.cfg.schema} at ${c.shown}, and the sink's tables ${this.cfg.schema}.${this.names.watermarks}, ${this.cfg.schema}.${this.names.rejects} and ${this.cfg.schema}.${this.names.units} are not all there; GRANT CREATE ON SCHEMA ${q(this.cfg.schema)} TO ${role}, or let a role that may make them run the first export`,
         );
       }
       let what = `schema ${this.cfg.schema}: ${row.can_create ? 'CREATE allowed' : 'no CREATE (the sink cannot make its tables)'}`;

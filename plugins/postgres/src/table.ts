@@ -28,15 +28,25 @@ export interface Names {
   readonly schema: string;
   readonly watermarks: string;
   readonly rejects: string;
+  readonly units: string;
 }
 
-/** The watermark table and the dead letter, created if missing (always: they are the sink's own). */
+/** The sink's own tables, quoted and schema-qualified. */
+export function ownTables(n: Names): { wm: string; rj: string; un: string } {
+  return { wm: `${q(n.schema)}.${q(n.watermarks)}`, rj: `${q(n.schema)}.${q(n.rejects)}`, un: `${q(n.schema)}.${q(n.units)}` };
+}
+
+/**
+ * The watermark table, the dead letter and the unit records, created if
+ * missing (always: they are the sink's own). A deployment from before unit
+ * records has the first two: the third is made on its first export, and its
+ * units committed before stay recorded by the watermark row alone. @ref LLP 0056
+ */
 export async function ensureOwnTables(c: pg.ClientBase, n: Names): Promise<void> {
-  const wm = `${q(n.schema)}.${q(n.watermarks)}`;
-  const rj = `${q(n.schema)}.${q(n.rejects)}`;
+  const { wm, rj, un } = ownTables(n);
   // CREATE TABLE IF NOT EXISTS needs CREATE on the schema even when the table is there: a role
   // given only the table privileges (its tables made beforehand) would never export. @ref LLP 0045
-  const there = await c.query<{ ok: boolean }>('SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AS ok', [wm, rj]);
+  const there = await c.query<{ ok: boolean }>('SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AS ok', [wm, rj, un]);
   if (there.rows[0]?.ok) return;
   await inLock(c, `${n.schema}.${n.watermarks}`, async () => {
     await c.query(
@@ -52,6 +62,17 @@ export async function ensureOwnTables(c: pg.ClientBase, n: Names): Promise<void>
         unit text NOT NULL, ordinal integer NOT NULL, reason text NOT NULL, row_json text NOT NULL,
         target text NOT NULL, rejected_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (writer, sink, unit, ordinal))`,
+    );
+    // One row per committed unit of a writer's partition, keyed by its until (a partition's units
+    // never share one). since NULL: the partition's first unit. digest NULL: a range committed
+    // before unit records existed, known only from the watermark row (rows, rejected NULL too).
+    await c.query(
+      `CREATE TABLE IF NOT EXISTS ${un} (
+        writer text NOT NULL, sink text NOT NULL, dataset text NOT NULL, source text NOT NULL,
+        since bigint, until bigint NOT NULL, unit text NOT NULL, digest text,
+        rows bigint, rejected integer, target text NOT NULL,
+        committed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (writer, sink, dataset, source, until))`,
     );
   });
 }

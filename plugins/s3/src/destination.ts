@@ -1,7 +1,12 @@
 /**
  * The S3 blob destination: create-if-absent commits of whole blobs, single
  * PutObject for small ones, multipart for large ones, never a partial object
- * and never an upload left pending.
+ * and never an upload left pending. Each object carries the unit digest the
+ * kernel gave its put as user metadata (`x-amz-meta-hypsink-digest`), read
+ * back with HeadObject when the key is found taken, so another unit's rows
+ * under this unit's key are refused by the kernel, never taken as committed.
+ * @ref LLP 0007: the S3 commit rule
+ * @ref LLP 0054, LLP 0057: a unit is known by its digest, recorded with its blob
  */
 import {
   AbortMultipartUploadCommand,
@@ -17,7 +22,7 @@ import {
   S3Client,
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
-import type { BlobBody, BlobDestination, ConnectionCheckOptions, ListedBlob, Logger, PutResult } from 'hypsink/plugin';
+import type { BlobBody, BlobDestination, ConnectionCheckOptions, ListedBlob, Logger, PutOptions, PutResult } from 'hypsink/plugin';
 import { HypsinkError } from 'hypsink/plugin';
 import { checkBucket } from './check.js';
 import { S3_MAX_PARTS, S3_MIN_PART_SIZE, type S3Config } from './config.js';
@@ -25,7 +30,17 @@ import { classify, isNoSuchUpload, isNotFound, isPreconditionFailed, redact } fr
 import { PartReader } from './parts.js';
 import { type RetryScope, errorFor, withRetry } from './retry.js';
 
-type Outcome = 'created' | 'exists';
+/** A put's end: created, or the key found taken, with the digest recorded on the object there. */
+type Outcome = { readonly created: true } | { readonly created: false; readonly digest: string | null };
+const CREATED: Outcome = { created: true };
+
+/** The user-metadata key of the unit digest (`x-amz-meta-hypsink-digest`); S3 hands metadata keys back lower-case. */
+export const DIGEST_METADATA = 'hypsink-digest';
+
+/** What HeadObject tells of an object at a key: the unit digest recorded with it; null: none (put before digests). */
+interface Found {
+  readonly digest: string | null;
+}
 
 export interface S3DestinationOptions {
   readonly sink: string;
@@ -99,8 +114,12 @@ export class S3Destination implements BlobDestination {
     return `s3://${this.cfg.bucket}/${this.cfg.prefix ? `${this.cfg.prefix}/` : ''} at ${where}`;
   }
 
-  /** `exclusive` changes nothing here: an object at the key is never compared with the body. */
-  async putIfAbsent(key: string, body: BlobBody, opts: { contentType: string; signal: AbortSignal; exclusive?: boolean }): Promise<PutResult> {
+  /**
+   * `exclusive` changes nothing here: an object at the key is never compared
+   * with the body. `digest` is stored as the object's metadata and, when the
+   * key is found taken, the digest of the object there is returned.
+   */
+  async putIfAbsent(key: string, body: BlobBody, opts: PutOptions): Promise<PutResult> {
     if (this.closed) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": s3 destination used after close()`);
     const objectKey = this.objectKey(key);
     const scope: RetryScope = {
@@ -115,14 +134,16 @@ export class S3Destination implements BlobDestination {
     try {
       // @ref LLP 0007: the HeadObject pre-check, for stores that ignore If-None-Match; also saves
       // reading and uploading a unit whose earlier attempt already committed.
-      if (this.cfg.createIfAbsent !== 'header' && (await this.exists(objectKey, scope))) {
+      const found = this.cfg.createIfAbsent === 'header' ? null : await this.exists(objectKey, scope);
+      if (found !== null) {
         this.log.info({ sink: this.sink, location: scope.where }, 's3: key already committed; nothing uploaded');
-        return { created: false, bytes: 0 };
+        return { created: false, bytes: 0, digest: found.digest };
       }
+      const meta = opts.digest === undefined ? {} : { Metadata: { [DIGEST_METADATA]: opts.digest } };
       const reader = new PartReader(iterator, this.cfg.partSize);
       const first = await this.readPart(reader, scope);
-      if (reader.done) return await this.putSingle(objectKey, first ?? Buffer.alloc(0), opts.contentType, scope);
-      return await this.putMultipart(objectKey, first!, reader, opts.contentType, scope);
+      if (reader.done) return await this.putSingle(objectKey, first ?? Buffer.alloc(0), opts.contentType, meta, scope);
+      return await this.putMultipart(objectKey, first!, reader, opts.contentType, meta, scope);
     } finally {
       // Release the producer (an encoder, a file stream) whether or not we read it to the end.
       try {
@@ -150,9 +171,20 @@ export class S3Destination implements BlobDestination {
     return reader.next();
   }
 
-  /** HeadObject with its own retry budget: true when the key exists. */
-  private async exists(objectKey: string, scope: RetryScope): Promise<boolean> {
+  /** HeadObject with its own retry budget: the object at the key, or null when there is none. */
+  private async exists(objectKey: string, scope: RetryScope): Promise<Found | null> {
     return withRetry('HeadObject', scope, () => this.headOnce(objectKey, scope));
+  }
+
+  /** One HeadObject, every fault but 404 thrown: the object and the digest recorded with it, or null. */
+  private async head(objectKey: string, signal: AbortSignal): Promise<Found | null> {
+    try {
+      const r = await this.client.send(new HeadObjectCommand({ Bucket: this.cfg.bucket, Key: objectKey }), { abortSignal: signal });
+      return { digest: r.Metadata?.[DIGEST_METADATA] ?? null };
+    } catch (e) {
+      if (isNotFound(e)) return null;
+      throw e;
+    }
   }
 
   /**
@@ -160,32 +192,51 @@ export class S3Destination implements BlobDestination {
    * In "auto" mode a 403 is not final: S3 answers 403 for a missing key when the credentials
    * lack s3:ListBucket, so the conditional write decides instead.
    */
-  private async headOnce(objectKey: string, scope: RetryScope): Promise<boolean> {
+  private async headOnce(objectKey: string, scope: RetryScope): Promise<Found | null> {
     try {
-      await this.client.send(new HeadObjectCommand({ Bucket: this.cfg.bucket, Key: objectKey }), {
-        abortSignal: scope.signal,
-      });
-      return true;
+      return await this.head(objectKey, scope.signal);
     } catch (e) {
-      if (isNotFound(e)) return false;
       if (this.cfg.createIfAbsent === 'auto' && classify(e, scope.signal).kind === 'auth') {
         this.log.debug({ sink: this.sink, location: scope.where }, 's3: HeadObject refused; relying on If-None-Match');
-        return false;
+        return null;
       }
       throw e;
     }
+  }
+
+  /**
+   * The key was found taken by a conditional write (412): the digest recorded
+   * on the object there, which the kernel compares with the unit's. Read with
+   * HeadObject, a refusal included: without it a taken key cannot be told
+   * from another unit's (s3:GetObject allows it). @ref LLP 0054
+   */
+  private async taken(objectKey: string, scope: RetryScope): Promise<Outcome> {
+    const found = await withRetry('HeadObject', scope, () => this.head(objectKey, scope.signal));
+    if (found === null) {
+      // 412 said an object is there; gone now (removed by someone): try the unit again later.
+      throw new HypsinkError(
+        'HYPSINK_ERR_RETRYABLE',
+        `sink "${this.sink}": ${scope.where} was there when the unit was written (412) but is gone now; the unit is shipped again under the same key on a later tick`,
+        { retryable: true },
+      );
+    }
+    return { created: false, digest: found.digest };
   }
 
   private ifNoneMatch(): { IfNoneMatch?: string } {
     return this.cfg.createIfAbsent === 'head' ? {} : { IfNoneMatch: '*' };
   }
 
-  private async putSingle(objectKey: string, buf: Buffer, contentType: string, scope: RetryScope): Promise<PutResult> {
+  private async putSingle(objectKey: string, buf: Buffer, contentType: string, meta: { Metadata?: Record<string, string> }, scope: RetryScope): Promise<PutResult> {
     let sent = false;
-    const outcome = await withRetry<Outcome>('PutObject', scope, async (attempt) => {
+    let refused = false;
+    let outcome = await withRetry<Outcome>('PutObject', scope, async (attempt) => {
       // An earlier try may have committed and lost its answer: look before writing again
       // (where the store enforces If-None-Match, the 412 below says the same).
-      if (attempt > 1 && this.cfg.createIfAbsent !== 'header' && (await this.headOnce(objectKey, scope))) return 'exists';
+      if (attempt > 1 && this.cfg.createIfAbsent !== 'header') {
+        const found = await this.headOnce(objectKey, scope);
+        if (found !== null) return { created: false, digest: found.digest };
+      }
       try {
         sent = true;
         await this.client.send(
@@ -195,19 +246,26 @@ export class S3Destination implements BlobDestination {
             Body: buf,
             ContentLength: buf.length,
             ContentType: contentType,
-            // @ref LLP 0007: create-if-absent; 412 means the unit already committed.
+            // The unit's digest, with the object in the same request: never an object without it. @ref LLP 0054
+            ...meta,
+            // @ref LLP 0007: create-if-absent; 412 means the key is taken (by this unit, if the digest says so).
             ...this.ifNoneMatch(),
           }),
           { abortSignal: scope.signal },
         );
-        return 'created';
+        return CREATED;
       } catch (e) {
-        if (isPreconditionFailed(e)) return 'exists';
+        if (isPreconditionFailed(e)) {
+          refused = true;
+          return { created: false, digest: null };
+        }
         throw e;
       }
     });
-    this.log.debug({ sink: this.sink, location: scope.where, bytes: buf.length, outcome }, 's3: put');
-    return { created: outcome === 'created', bytes: sent ? buf.length : 0 };
+    // Read outside the write's retry loop: the HeadObject has its own budget.
+    if (refused) outcome = await this.taken(objectKey, scope);
+    this.log.debug({ sink: this.sink, location: scope.where, bytes: buf.length, created: outcome.created }, 's3: put');
+    return { created: outcome.created, bytes: sent ? buf.length : 0, ...(outcome.created ? {} : { digest: outcome.digest }) };
   }
 
   private async putMultipart(
@@ -215,6 +273,7 @@ export class S3Destination implements BlobDestination {
     first: Buffer,
     reader: PartReader,
     contentType: string,
+    meta: { Metadata?: Record<string, string> },
     scope: RetryScope,
   ): Promise<PutResult> {
     await this.reapPendingUploads(objectKey, scope);
@@ -227,6 +286,8 @@ export class S3Destination implements BlobDestination {
           Bucket: this.cfg.bucket,
           Key: objectKey,
           ContentType: contentType,
+          // The unit's digest: the completed object carries the upload's metadata. @ref LLP 0054
+          ...meta,
           // As lib-storage does: the parts' CRC32s are then checked by the store at completion.
           ...(checksums ? { ChecksumAlgorithm: 'CRC32' as const } : {}),
         }),
@@ -281,20 +342,22 @@ export class S3Destination implements BlobDestination {
             }),
             { abortSignal: scope.signal },
           );
-          return 'created';
+          return CREATED;
         } catch (e) {
-          if (isPreconditionFailed(e)) return 'exists';
+          if (isPreconditionFailed(e)) return { created: false, digest: null };
           // An earlier try completed and lost its answer: the upload is gone and the object is there.
-          if (attempt > 1 && isNoSuchUpload(e) && (await this.headOnce(objectKey, scope))) return 'created';
+          if (attempt > 1 && isNoSuchUpload(e) && (await this.headOnce(objectKey, scope)) !== null) return CREATED;
           throw e;
         }
       });
-      if (outcome === 'exists') {
-        // @ref LLP 0007: 412 = already committed = success; the parts we sent are discarded.
+      if (!outcome.created) {
+        // @ref LLP 0007: 412 = the key is taken; the parts we sent are discarded.
         await this.abortUpload(objectKey, uploadId, scope);
         completed = true;
         this.log.info({ sink: this.sink, location: scope.where, bytes: sentBytes }, 's3: key already committed');
-        return { created: false, bytes: sentBytes };
+        // Which unit holds it: the kernel refuses another's. @ref LLP 0054
+        const held = await this.taken(objectKey, scope);
+        return { created: false, bytes: sentBytes, ...(held.created ? {} : { digest: held.digest }) };
       }
       completed = true;
       this.log.debug({ sink: this.sink, location: scope.where, bytes: sentBytes, parts: parts.length }, 's3: multipart put');
@@ -424,6 +487,14 @@ export class S3Destination implements BlobDestination {
       }
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
+  }
+
+  /** The unit digest recorded on a committed object (HeadObject); null: none, or no object at the key. @ref LLP 0054 */
+  async digestOf(key: string, opts: { signal: AbortSignal }): Promise<string | null> {
+    const objectKey = this.objectKey(key);
+    const scope = this.readScope(`s3://${this.cfg.bucket}/${objectKey}`, opts.signal);
+    const found = await withRetry('HeadObject', scope, () => this.head(objectKey, opts.signal));
+    return found?.digest ?? null;
   }
 
   /** A byte range of an object (a ranged GetObject; a store that ignores Range is cut to it here). @ref LLP 0037 */
