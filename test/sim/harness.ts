@@ -707,6 +707,18 @@ export class CacheView {
   readonly resets = new Map<SinkName, Reset>();
   configPath = '';
   private writerId: string | undefined;
+  /**
+   * A copy of another cache's root (a cloned host, a restored backup): seqs it
+   * holds from the original, per source. They are the original's to deliver,
+   * never this cache's. @ref LLP 0055
+   */
+  inherited: Map<string, Set<string>> | undefined;
+  /** Its destinations are another cache's too (a copy exports where the original does): read only the ids this cache was sent. */
+  shared = false;
+  /** A copy that still has the original's id (not given its own by `identity --copy` yet). */
+  twin = false;
+  /** A copy's gap right after `identity --copy`, per sink and source: the original's history, not its own rows. */
+  readonly baseGap = new Map<string, number>();
 
   constructor(
     readonly name: string,
@@ -731,6 +743,11 @@ export class CacheView {
   async writer(): Promise<string | undefined> {
     this.writerId ??= await cacheIdOf(join(this.dir, 'cache'));
     return this.writerId;
+  }
+
+  /** The cache was given a new id (`identity --copy`): read it again. */
+  forgetWriter(): void {
+    this.writerId = undefined;
   }
 
   partitionDir(source: string): string {
@@ -789,7 +806,9 @@ export class CacheView {
     if (!seen) return out;
     const reset = sink ? this.resets.get(sink) : undefined;
     const atReset = reset?.present.get(source);
+    const inherited = this.inherited?.get(source);
     for (const [seq, { id, tick }] of seen.seqs) {
+      if (inherited?.has(seq)) continue;
       if (reset && !(atReset?.has(seq) || tick > reset.tick)) continue;
       bump(out, id);
     }
@@ -813,7 +832,9 @@ export class CacheView {
 }
 
 /** The clean run: no faults, export every configured sink until nothing is pending. Returns the final status. */
-export async function settle(worker: Worker, sinks: readonly string[], problems: Problems, label = ''): Promise<StatusFacts> {
+export async function settle(worker: Worker, sinks: readonly string[], problems: Problems, label = '', refusedOk = false): Promise<StatusFacts> {
+  // A copy that shares the original's id: a unit the destination refused (HYPSINK_ERR_CONFLICT) stays refused, its rows pending.
+  const done = (p: PartitionFacts) => (p.pendingRows === 0 && p.intent === null && p.lastError === null) || (refusedOk && conflict(p));
   let status: StatusFacts | undefined;
   for (let round = 0; round < 6; round++) {
     await worker.send({ op: 'disarm' });
@@ -821,7 +842,7 @@ export async function settle(worker: Worker, sinks: readonly string[], problems:
     for (const sink of sinks) await worker.send({ op: 'export', sink });
     const st = (await worker.send({ op: 'status' })) as unknown as { status?: StatusFacts };
     status = st.status;
-    if (status?.sinks.every((s) => s.partitions.every((p) => p.pendingRows === 0 && p.intent === null && p.lastError === null))) return status;
+    if (status?.sinks.every((s) => s.partitions.every(done))) return status;
   }
   problems.add('clean run', `${label}did not settle: ${JSON.stringify(status)}`);
   return status ?? { sinks: [] };
@@ -894,6 +915,7 @@ export async function checkDestinations(
 /** Ice tables whose version hint named an older version than the newest after a clean run (readers that walk forward still find the head). */
 export const iceStaleHints = { count: 0 };
 
+const conflict = (p: PartitionFacts) => p.lastError?.startsWith('HYPSINK_ERR_CONFLICT') === true;
 const firstIds = (ids: number[]) => ids.slice(0, 5).join(',') + (ids.length > 5 ? ',…' : '');
 
 /**
@@ -943,7 +965,19 @@ export class Oracle {
     if (sink === 'central') return this.central(source);
     if (sink === PG_SINK) return (await this.pgFacts(view, source)).delivered;
     if (sink === ICE_SINK) return this.iceDelivered(view, source, await readIce(view.iceTable));
-    return view.delivered(this.world, sink as 'files' | 'lake', source);
+    const all = await view.delivered(this.world, sink as 'files' | 'lake', source);
+    if (!view.shared) return all;
+    // A destination a copy shares with its original: this cache's rows are the ids it was sent.
+    const mine = this.ledger.counts(view.name, source);
+    return new Map([...all].filter(([id]) => mine.has(id)));
+  }
+
+  /** Rows a sink's destination holds of a partition that this cache was sent (for a copy's checks between its exports). */
+  async heldOf(view: CacheView, sink: SinkName, source: string): Promise<number> {
+    const mine = this.ledger.counts(view.name, source);
+    let n = 0;
+    for (const [id, k] of await this.delivered(view, sink, source)) if (mine.has(id)) n += k;
+    return n;
   }
 
   /** The ice table's rows of a source that this cache was sent (the table may hold another cache's too). */
@@ -1008,7 +1042,8 @@ export class Oracle {
     const rejected = writer ? await pgRejected(this.world, writer, source) : [];
     const delivered: Counts = new Map();
     for (const r of rows) if (mine.has(r.id)) bump(delivered, r.id);
-    for (const r of rejected) bump(delivered, r.id);
+    // A twin (the original's id still) reads the original's dead letter too: only its own ids are its.
+    for (const r of rejected) if (!view.twin || mine.has(r.id)) bump(delivered, r.id);
     return { rows, rejected, writer, delivered };
   }
 
@@ -1031,10 +1066,11 @@ export class Oracle {
     if (changed.length) problems.add(when, `${PG_SINK} ${p.source}: table rows not as sent: ${changed.slice(0, 4).join(', ')}`, `${PG_SINK} ${p.source} changed`);
     const unrefused = facts.rejected.filter((r) => !r.msg?.includes(REFUSE_MARK)).map((r) => r.id);
     if (unrefused.length) problems.add(when, `${where}: rows the table takes are in the dead letter (first ${firstIds(unrefused)})`, `${where} unrefused`);
-    if (settled && facts.rejected.length !== (p.rejectedRows ?? 0)) {
+    if (settled && !view.twin && facts.rejected.length !== (p.rejectedRows ?? 0)) {
       problems.add(when, `${where}: the dead letter holds ${facts.rejected.length} rows, status counts ${p.rejectedRows ?? 0} rejected`);
     }
-    if (!facts.writer) return;
+    // While a copy shares the original's id, the watermark row is both caches'.
+    if (!facts.writer || this.views.some((v) => v.twin)) return;
     const bad = watermarkDisagrees(await pgWatermark(this.world, facts.writer, p.source), await localRecord(join(view.dir, 'state'), p.source), settled);
     if (bad) problems.add(when, `${where}: ${bad}`, `${where} watermark row`);
   }
@@ -1126,11 +1162,15 @@ export class Oracle {
         for (const p of sink.partitions) {
           const where = `${tag}${sink.name} ${p.source}`;
           const reset = view.resets.has(sink.name as SinkName);
-          if (p.intent !== null) problems.add(when, `${where}: intent left open ${JSON.stringify(p.intent)}`);
+          // A twin's refused unit: its rows are refused, pending (not delivered, not lost).
+          const refused = view.twin && conflict(p) ? p.pendingRows : 0;
+          const base = view.baseGap.get(`${sink.name}\0${p.source}`) ?? 0;
+          if (sink.name === 'central') centralGap.set(p.source, (centralGap.get(p.source) ?? 0) + p.gapRows - base + refused);
+          if (p.intent !== null && !refused) problems.add(when, `${where}: intent left open ${JSON.stringify(p.intent)}`);
           if (!reset && p.exportedRows + p.gapRows + p.pendingRows !== p.committedRows) {
             problems.add(when, `${where}: exported ${p.exportedRows} + gap ${p.gapRows} + pending ${p.pendingRows} ≠ committed ${p.committedRows}`, `${where} identity final`);
           }
-          if (sink.name === 'central') centralGap.set(p.source, (centralGap.get(p.source) ?? 0) + p.gapRows);
+
           let delivered: Counts;
           if (sink.name === PG_SINK) {
             const facts = await this.pgFacts(view, p.source);
@@ -1144,7 +1184,8 @@ export class Oracle {
           if (sink.name === 'central') continue;
           const owed = view.committed(p.source, sink.name as SinkName);
           this.overDelivery(when, where, p.source, delivered, owed, problems);
-          this.missing(when, where, delivered, owed, p.gapRows, reset, problems);
+          if (refused) this.refusedPending(when, where, delivered, owed, p.gapRows + refused, problems);
+          else this.missing(when, where, delivered, owed, p.gapRows - base, reset, problems);
         }
       }
     }
@@ -1179,6 +1220,13 @@ export class Oracle {
         }
       }
     }
+  }
+
+  /** A twin's refused rows: delivered at most the gap and its refused pending rows short (none over: the over-delivery check). */
+  private refusedPending(when: string, where: string, delivered: Counts, owed: Counts, allowed: number, problems: Problems): void {
+    const short: number[] = [];
+    for (const [id, n] of owed) if ((delivered.get(id) ?? 0) < n) short.push(id);
+    if (short.length > allowed) problems.add(when, `${where}: ${short.length} committed rows not delivered (first ${firstIds(short)}), more than its gap and refused pending rows (${allowed})`);
   }
 
   /** delivered = owed − gap, exactly (for a reset sink: at most the gap short). */

@@ -15,13 +15,18 @@
  * number is a multiple of 3), and the second cache exporting to the same table
  * at the same time from a second process. The Iceberg sink (ice) meets crashes
  * at its points, and both caches of a two-cache seed commit to its one table at
- * the same time, each from its own process (two writer identities). The oracle
- * (harness.ts) checks after every step and after the clean run. @ref LLP 0043
+ * the same time, each from its own process (two writer identities). In a few
+ * one-cache seeds the cache's root is copied to a second host that ingests rows
+ * of its own and exports to the same destinations, seen (refused until
+ * `identity --copy`) or unseen (its colliding units refused by the
+ * destinations, never counted). The oracle (harness.ts) checks after every
+ * step and after the clean run, and then every held unit's recorded digest.
+ * @ref LLP 0043, LLP 0062
  */
 import { promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { rng } from '../../fixtures/demo/generate.js';
@@ -49,7 +54,7 @@ import {
 import { forgetIce, ICE_SINK } from './ice.js';
 import { PG_SINK } from './pg.js';
 import type { World } from './world.js';
-import type { WorkerOp } from './worker.js';
+import type { HeldDigest, WorkerOp } from './worker.js';
 
 export { newWorker } from './harness.js';
 
@@ -124,6 +129,8 @@ class Scenario {
   mirror: { source: string; sizes: number[] }[] = [];
   /** The sinks of this seed's config (ice in some seeds only: it costs the most per unit). */
   full: readonly SinkName[] = SINKS;
+  /** Rows pending at the original when a copy was made, per sink and source: the copy may find them at the destination. */
+  copyPending = new Map<string, number>();
 
   constructor(
     readonly seed: number,
@@ -215,6 +222,11 @@ class Scenario {
   /** The second cache gets what the first was sent, in the same shapes (fresh rows). */
   async applyMirror(): Promise<void> {
     if (this.cur === this.views[0]) return;
+    // A copy left the original's twin takes no more rows: they would export under the original's id.
+    if (this.cur.twin) {
+      this.mirror = [];
+      return;
+    }
     for (const m of this.mirror.splice(0)) {
       this.note(`ingest ${m.source} ${m.sizes.join('+')} rows (the other cache's shapes)`);
       await this.send(
@@ -398,7 +410,8 @@ class Scenario {
         return { op: 'retention', maxRows: this.int(0, 30), ackCoupled: true };
       });
     }
-    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0);
+    // Not a destination a copy shares with its original: the operator moves one host's, not both.
+    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0 && !view.shared);
     if (!this.move && movable.length) {
       choices.push(async () => {
         const sink = this.pick(movable);
@@ -544,7 +557,7 @@ class Scenario {
 
   /** The other cache of the scenario is opened (same sink and source names, the same receiver). */
   async episodeSwitch(): Promise<WorkerOp | undefined> {
-    const other = this.views.find((v) => v !== this.cur);
+    const other = this.views.find((v) => v !== this.cur && !v.twin);
     if (!other) return undefined;
     await this.switchTo(other);
     this.note(`open cache ${this.cur.name}`);
@@ -721,7 +734,8 @@ class Scenario {
   /** An operator points the files dir or the lake prefix somewhere new. */
   async episodeMove(): Promise<WorkerOp | undefined> {
     const view = this.cur;
-    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0);
+    // Not a destination a copy shares with its original: the operator moves one host's, not both.
+    const movable = BLOB.filter((s) => view.sinks.includes(s) && !view.resets.has(s) && view.dest[s].also.length === 0 && !view.shared);
     if (this.move || !movable.length) return undefined;
     const sink = this.pick(movable);
     // The sink has delivered to the old place, and has rows in the cache still.
@@ -743,6 +757,139 @@ class Scenario {
     if (ok(st)) this.last = (st as { status?: StatusFacts }).status;
     const sink = await this.damageFile();
     return sink ? { op: 'export', sink } : undefined;
+  }
+
+  // ---- copies of a cache: a cloned host, a restored backup ---------------------
+
+  /** Pending rows of a sink's partition, from a fresh status. */
+  private async pendingOf(sink: SinkName, source: string): Promise<number> {
+    const st = await this.worker.send({ op: 'status' });
+    const status = ok(st) ? (st as { status?: StatusFacts }).status : undefined;
+    if (status) this.last = status;
+    return status?.sinks.find((x) => x.name === sink)?.partitions.find((p) => p.source === source)?.pendingRows ?? 0;
+  }
+
+  /**
+   * Export every sink of the open cache, a copy whose rows may collide with the
+   * original's: what an export counts as exported (its pending rows go down) the
+   * destination must hold (rows of this cache's own ids arrive); the rest must be
+   * a loud refusal (HYPSINK_ERR_CONFLICT), the rows still pending. `mustRefuse`:
+   * nothing may be exported at all (a suspected copy). @ref LLP 0055
+   */
+  private async exportCopy(source: string, mustRefuse: boolean): Promise<void> {
+    const view = this.cur;
+    const refused: string[] = [];
+    for (const sink of view.sinks) {
+      const pending = await this.pendingOf(sink, source);
+      const held = await this.oracle.heldOf(view, sink, source);
+      const a = await this.worker.send({ op: 'export', sink });
+      if (!ok(a)) {
+        this.expect(`export ${sink}`, a, false);
+        continue;
+      }
+      const codes = ((a as { codes?: (string | null)[] }).codes ?? []).filter((c) => c === 'HYPSINK_ERR_CONFLICT');
+      const left = await this.pendingOf(sink, source);
+      const landed = (await this.oracle.heldOf(view, sink, source)) - held;
+      // Rows pending at the original when it was copied are the copy's to export too (same rows, same labels): those may be found there.
+      const key = `${sink}\0${source}`;
+      const theirs = Math.min(this.copyPending.get(key) ?? 0, Math.max(0, pending - left - landed));
+      this.copyPending.set(key, (this.copyPending.get(key) ?? 0) - theirs);
+      if (pending - left > landed + theirs) {
+        this.problems.add(this.label, `cache ${view.name} ${sink} ${source}: export counted ${pending - left} rows as exported, the destination got ${landed} of them (silently skipped)`);
+      }
+      if (mustRefuse && (pending !== left || codes.length === 0)) {
+        this.problems.add(this.label, `cache ${view.name} ${sink}: a suspected copy exported (pending ${pending} → ${left}, ${codes.length} refusals): ${JSON.stringify(a).slice(0, 300)}`);
+      }
+      if (codes.length) refused.push(`${sink} (${left} rows refused, pending)`);
+    }
+    this.note(`cache ${view.name} exports: ${refused.length ? `refused ${refused.join(', ')}` : 'none refused'}`);
+  }
+
+  /**
+   * `hypsink identity --copy [--fork-seq N]` on the open cache: its own id from
+   * now on. The gap its status reports then is the original's history (rows
+   * pruned before the copy): recorded, so the copy's own rows are held to
+   * delivered = committed − (gap − that). With `mayRefuse`, a refusal leaves it
+   * the original's twin (its refused rows stay refused, pending).
+   */
+  private async identityCopy(forkSeq: string | undefined, mayRefuse: boolean): Promise<boolean> {
+    const view = this.cur;
+    const what = `identity --copy${forkSeq === undefined ? '' : ` --fork-seq ${forkSeq}`} on cache ${view.name}`;
+    const a = await this.worker.send({ op: 'identity', mode: 'copy', ...(forkSeq === undefined ? {} : { forkSeq }) });
+    if (!ok(a)) {
+      this.note(`${what} refused: ${String((a as { error?: string }).error).slice(0, 160)}`);
+      if (!mayRefuse) this.expect('identity --copy', a, false);
+      return false;
+    }
+    view.twin = false;
+    view.forgetWriter();
+    this.note(what);
+    await this.pendingOf(view.sinks[0]!, view.sources[0]!);
+    for (const x of this.last?.sinks ?? []) for (const p of x.partitions) view.baseGap.set(`${x.name}\0${p.source}`, p.gapRows);
+    return true;
+  }
+
+  /**
+   * A copy of this cache's whole root (cache + sink state) on a second host that
+   * keeps ingesting rows of its own and exports to the same destinations. Seen
+   * (another folder): every export refused until `identity --copy`. Unseen (a VM
+   * image: `identity --moved` on it, as unseenCopy does): the original exports
+   * new rows first, then the copy rows of the same shapes (the same seqs, so the
+   * same unit labels): every colliding unit must be refused by the destination,
+   * never counted; then `identity --copy --fork-seq` (the original's reserved top
+   * when copied). Either way, every row exactly once at the end. @ref LLP 0055
+   */
+  async episodeClone(): Promise<WorkerOp | undefined> {
+    const a = this.cur;
+    if (this.views.length > 1 || this.move || this.damage || this.absent || a.dest.files.also.length || a.dest.lake.also.length) return undefined;
+    const seen = this.chance(0.5);
+    const source = this.pick(a.sources);
+    await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(this.int(2, 30)))], false);
+    this.note(`export ${a.sinks.join(', ')}`);
+    for (const sink of a.sinks) await this.worker.send({ op: 'export', sink });
+    const res = await this.worker.send({ op: 'reserved' });
+    const fork = (res as { reserved?: string }).reserved;
+    if (!ok(res) || fork === undefined) return undefined;
+    await this.pendingOf(a.sinks[0]!, source);
+    this.copyPending = new Map((this.last?.sinks ?? []).flatMap((x) => x.partitions.map((p) => [`${x.name}\0${p.source}`, p.pendingRows] as const)));
+    const gaps = (this.last?.sinks ?? []).flatMap((x) => x.partitions.map((p) => [`${x.name}\0${p.source}`, p.gapRows] as const));
+    await this.worker.release();
+    await this.oracle.observe(a);
+    const dir = join(dirname(a.dir), 'c');
+    const c = new CacheView('c', dir, a.sources, { ...a.opts, filesDir: relative(dir, join(a.dir, a.dest.files.where)) });
+    c.inherited = new Map([...a.parts].map(([src, p]) => [src, new Set(p.seqs.keys())]));
+    c.shared = a.shared = true;
+    c.twin = true;
+    // The copy's status counts the original's gaps until then: its history, not the copy's own rows.
+    for (const [k, n] of gaps) c.baseGap.set(k, n);
+    for (const part of ['cache', 'state']) await fsp.cp(join(a.dir, part), join(dir, part), { recursive: true });
+    c.configPath = await writeScenarioConfig(dir, this.world, c.opts);
+    this.oracle.add(c);
+    this.views.push(c);
+    await this.switchTo(c);
+    if (seen) {
+      this.note('copy cache a to c (another folder: a seen copy)');
+      await this.send([this.ledger.batch(c.name, source, this.ledger.fresh(this.int(2, 30)))], false);
+      await this.exportCopy(source, true);
+      await this.identityCopy(undefined, false);
+      return { op: 'export', sink: this.pick(c.sinks) };
+    }
+    this.expect('identity --moved', await this.worker.send({ op: 'identity', mode: 'moved' }), false);
+    this.note('copy cache a to c, identity --moved there (a copy the cache cannot see: a VM image)');
+    const n = this.int(2, 30);
+    await this.switchTo(a);
+    await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(n))], false);
+    this.note(`export ${a.sinks.join(', ')}`);
+    for (const sink of a.sinks) await this.worker.send({ op: 'export', sink });
+    await this.switchTo(c);
+    await this.send([this.ledger.batch(c.name, source, this.ledger.fresh(n))], false);
+    await this.exportCopy(source, false);
+    // Refused units leave open intents above the fork, which --copy refuses ("export it first"): then
+    // the copy stays the original's twin, its rows refused and pending to the end. @ref LLP 0055
+    if (await this.identityCopy(fork, true)) return { op: 'export', sink: this.pick(c.sinks) };
+    // Left the original's twin: the host goes on at the original.
+    await this.switchTo(a);
+    return { op: 'export', sink: this.pick(a.sinks) };
   }
 
   // ---- the run --------------------------------------------------------------
@@ -883,6 +1030,8 @@ class Scenario {
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentIce());
     if (this.chance(0.35)) planned.push(() => this.episodePg());
     if (this.chance(0.25)) planned.push(() => this.episodeIce());
+    // A copied cache in a few one-cache seeds (each costs a second cache's exports); SIM_EPISODE=clone forces it.
+    if (!two && (process.env.SIM_EPISODE === 'clone' || this.chance(0.07))) planned.push(() => this.episodeClone());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
     const plan = new Map<number, () => Promise<WorkerOp | undefined>>();
@@ -896,6 +1045,30 @@ class Scenario {
     }
     await this.cleanRun();
     return steps;
+  }
+
+  /**
+   * Each unit a destination holds with a recorded digest holds the rows its
+   * writer's cache has for its range: `unitDigest` of them. A copy that still
+   * shares the original's id reads the original's units too: a unit is right if
+   * the digest of some cache of the scenario that lists it is its own. @ref LLP 0054
+   */
+  checkDigests(held: Map<CacheView, HeldDigest[]>): void {
+    const key = (u: HeldDigest) => `${u.sink}\0${u.source}\0${u.unit}\0${u.recorded}`;
+    const right = new Set<string>();
+    for (const units of held.values()) for (const u of units) if (u.recorded === u.cached) right.add(key(u));
+    for (const [v, units] of held) {
+      // A twin lists the original's units (one id): those the original's cache can no longer tell (pruned) are not its to judge.
+      if (v.twin) continue;
+      for (const u of units) {
+        if (u.recorded === u.cached || right.has(key(u))) continue;
+        this.problems.add(
+          'after the clean run',
+          `${this.views.length > 1 ? `cache ${v.name} ` : ''}${u.sink} ${u.source}: unit ${u.unit} (${u.since ?? 'start'}, ${u.until}] holds other rows than its cache: recorded digest ${u.recorded}, the cache's rows give ${u.cached}`,
+          `${u.sink} ${u.source} digest`,
+        );
+      }
+    }
   }
 
   async cleanRun(): Promise<void> {
@@ -917,13 +1090,18 @@ class Scenario {
       await this.oracle.observe(this.cur);
     }
     const statuses = new Map<CacheView, StatusFacts>();
+    const held = new Map<CacheView, HeldDigest[]>();
     // The other cache first, the open one last.
     for (const v of [...this.views.filter((v) => v !== this.cur), this.cur]) {
       if (v !== this.cur || this.worker.current !== v.configPath) await this.switchTo(v);
       await this.applyMirror();
-      statuses.set(v, await settle(this.worker, v.sinks, this.problems, this.views.length > 1 ? `cache ${v.name} ` : ''));
+      statuses.set(v, await settle(this.worker, v.sinks, this.problems, this.views.length > 1 ? `cache ${v.name} ` : '', v.twin));
       await v.watch.check('clean run', this.problems);
+      const d = await this.worker.send({ op: 'digests' });
+      if (ok(d)) held.set(v, (d as { units?: HeldDigest[] }).units ?? []);
+      else this.problems.add('clean run', `cache ${v.name}: the destinations' units could not be read back for their digests: ${JSON.stringify(d).slice(0, 300)}`);
     }
+    this.checkDigests(held);
     const label = this.label;
     await this.oracle.final(
       this.views.map((v) => statuses.get(v)!),

@@ -18,6 +18,7 @@ import { loadConfig } from '../../kernel/config/load.js';
 import { type IngestOptions, ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink } from '../../kernel/runtime.js';
+import { unitDigest } from '../../kernel/sinks/digest.js';
 
 export interface IngestPart {
   readonly batchId: string;
@@ -43,6 +44,16 @@ export type WorkerOp =
   | { op: 'accept'; sink: string }
   /** Reads of data files whose path holds this substring fail with EIO (a kernel that knows HYPSINK_FAULT_READ). */
   | { op: 'readFault'; path: string | null }
+  /** `hypsink identity --moved` (`moved`) or `--copy [--fork-seq N]` (`copy`) on the open cache. @ref LLP 0055 */
+  | { op: 'identity'; mode: 'moved' | 'copy'; forkSeq?: string }
+  /** The seq allocator's reserved top (what a copy's fork seq is when the copy is seen). */
+  | { op: 'reserved' }
+  /**
+   * Every unit the sinks' destinations hold (their `inventory`) whose digest is
+   * recorded, against `unitDigest` of this cache's rows for its range (units whose
+   * range retention reached are left out). @ref LLP 0054
+   */
+  | { op: 'digests' }
   /** Answers once the process is ready. */
   | { op: 'ping' }
   /** A spare process's warm-up: open a scratch cache and close it (plugins loaded, sinks built once). */
@@ -124,7 +135,8 @@ async function run(m: WorkerOp): Promise<unknown> {
     }
     case 'export': {
       const [r] = await k!.export(m.sink);
-      return { ok: true, rows: r?.rows ?? 0, failed: r?.failed ?? 0, errors: r?.partitions.flatMap((p) => (p.error ? [p.error.message] : [])) };
+      const errs = r?.partitions.flatMap((p) => (p.error ? [p.error] : [])) ?? [];
+      return { ok: true, rows: r?.rows ?? 0, failed: r?.failed ?? 0, errors: errs.map((e) => e.message), codes: errs.map((e) => (e as { code?: string }).code ?? null) };
     }
     case 'retention': {
       const ackCoupled = m.ackCoupled ?? true;
@@ -156,11 +168,56 @@ async function run(m: WorkerOp): Promise<unknown> {
       if (typeof k!.forgetSink !== 'function') return { ok: true, supported: false };
       await k!.forgetSink(m.sink);
       return { ok: true, supported: true };
+    case 'identity':
+      if (m.mode === 'moved') await k!.identityMoved();
+      else await k!.identityCopy(m.forkSeq === undefined ? {} : { forkSeq: m.forkSeq });
+      return { ok: true, id: k!.cache.id };
+    case 'reserved':
+      return { ok: true, reserved: (await k!.cache.allocator.readReserved()).toString(), id: k!.cache.id };
+    case 'digests':
+      return { ok: true, id: k!.cache.id, units: await digests() };
     case 'accept':
       if (typeof k!.acceptDestination !== 'function') return { ok: true, supported: false };
       await k!.acceptDestination(m.sink);
       return { ok: true, supported: true };
   }
+}
+
+/** One held unit with a recorded digest, and the digest of this cache's rows for its range. */
+export interface HeldDigest {
+  readonly sink: string;
+  readonly source: string;
+  readonly unit: string;
+  readonly since: string | null;
+  readonly until: string;
+  readonly recorded: string;
+  readonly cached: string;
+}
+
+async function digests(): Promise<HeldDigest[]> {
+  const out: HeldDigest[] = [];
+  const signal = new AbortController().signal;
+  for (const name of k!.sinks.keys()) {
+    const s = await k!.sink(name);
+    const inventory = s.shipper.inventory?.bind(s.shipper);
+    if (!inventory) continue;
+    for (const p of await k!.cache.listPartitions('events')) {
+      const stats = await k!.cache.storage.stats(p);
+      const pruned = stats.prunedThroughSeq === null ? -1n : BigInt(stats.prunedThroughSeq);
+      for await (const u of inventory(p, { signal })) {
+        const recorded = u.digest !== undefined ? u.digest : u.readDigest ? await u.readDigest() : null;
+        if (recorded === null || recorded === undefined) continue;
+        const lo = u.since === null ? -1n : BigInt(u.since);
+        // A first unit's since is "0" in a blob key: no row has seq 0, so it reads as the start.
+        const since = lo === 0n ? -1n : lo;
+        // Rows at or below the pruned seq are gone from the cache: its digest cannot be told.
+        if (pruned > since) continue;
+        const cached = await unitDigest(k!.cache, p, since, u.until);
+        out.push({ sink: name, source: p.source, unit: u.id, since: u.since, until: u.until, recorded, cached });
+      }
+    }
+  }
+  return out;
 }
 
 const lines = createInterface({ input: process.stdin });
