@@ -719,6 +719,8 @@ export class CacheView {
   twin = false;
   /** A copy's gap right after `identity --copy`, per sink and source: the original's history, not its own rows. */
   readonly baseGap = new Map<string, number>();
+  /** A copy's rejected count right after `identity --copy`, per sink and source: kept in the dead letter under the original's id. */
+  readonly baseRejected = new Map<string, number>();
 
   constructor(
     readonly name: string,
@@ -1066,8 +1068,10 @@ export class Oracle {
     if (changed.length) problems.add(when, `${PG_SINK} ${p.source}: table rows not as sent: ${changed.slice(0, 4).join(', ')}`, `${PG_SINK} ${p.source} changed`);
     const unrefused = facts.rejected.filter((r) => !r.msg?.includes(REFUSE_MARK)).map((r) => r.id);
     if (unrefused.length) problems.add(when, `${where}: rows the table takes are in the dead letter (first ${firstIds(unrefused)})`, `${where} unrefused`);
-    if (settled && !view.twin && facts.rejected.length !== (p.rejectedRows ?? 0)) {
-      problems.add(when, `${where}: the dead letter holds ${facts.rejected.length} rows, status counts ${p.rejectedRows ?? 0} rejected`);
+    // A renewed copy's dead letter under its own id holds what it refused since `identity --copy`.
+    const before = view.baseRejected.get(`${PG_SINK}\0${p.source}`) ?? 0;
+    if (settled && !view.twin && facts.rejected.length !== (p.rejectedRows ?? 0) - before) {
+      problems.add(when, `${where}: the dead letter holds ${facts.rejected.length} rows, status counts ${p.rejectedRows ?? 0} rejected${before ? ` (${before} of them before identity --copy)` : ''}`);
     }
     // While a copy shares the original's id, the watermark row is both caches'.
     if (!facts.writer || this.views.some((v) => v.twin)) return;

@@ -825,7 +825,12 @@ class Scenario {
     view.forgetWriter();
     this.note(what);
     await this.pendingOf(view.sinks[0]!, view.sources[0]!);
-    for (const x of this.last?.sinks ?? []) for (const p of x.partitions) view.baseGap.set(`${x.name}\0${p.source}`, p.gapRows);
+    for (const x of this.last?.sinks ?? []) {
+      for (const p of x.partitions) {
+        view.baseGap.set(`${x.name}\0${p.source}`, p.gapRows);
+        view.baseRejected.set(`${x.name}\0${p.source}`, p.rejectedRows ?? 0);
+      }
+    }
     return true;
   }
 
@@ -884,8 +889,9 @@ class Scenario {
     await this.switchTo(c);
     await this.send([this.ledger.batch(c.name, source, this.ledger.fresh(n))], false);
     await this.exportCopy(source, false);
-    // Refused units leave open intents above the fork, which --copy refuses ("export it first"): then
-    // the copy stays the original's twin, its rows refused and pending to the end. @ref LLP 0055
+    // Refused units leave open intents above the fork: --copy drops those refused as other rows, and
+    // refuses others ("export it first"); then the copy stays the original's twin, its rows refused
+    // and pending to the end. @ref LLP 0055
     if (await this.identityCopy(fork, true)) return { op: 'export', sink: this.pick(c.sinks) };
     // Left the original's twin: the host goes on at the original.
     await this.switchTo(a);
