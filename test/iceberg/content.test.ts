@@ -259,3 +259,24 @@ test('a crash-retry of the same unit is still a duplicate (its digest matches); 
   assert.deepEqual(await watermarkOf(a), { seq: '10', exported: 10 });
   assertIds((await readLocal(lake)).rows, range(1, 10), 'after the retries');
 });
+
+test('verify: a snapshot whose recorded digest is not the cache rows of its range is a content finding naming it (LLP 0054)', async () => {
+  const a = await host({});
+  const lake = join(a.dir, 'lake');
+  assert.equal((await ingestAndExport(a, 1, 5)).error, null);
+  assert.equal((await ingestAndExport(a, 6, 5)).error, null);
+  const ok = await run(a.config, (k) => k.verify('lake'));
+  assert.equal(ok.ok, true, JSON.stringify(ok));
+  assert.equal(ok.sinks[0]!.partitions[0]!.contentChecked, 2);
+  // Plant another digest in the head's summary of the second unit (an edit, or another writer's rows).
+  const head = headOf(lake);
+  const snaps = head.metadata.snapshots as { summary: Record<string, string> }[];
+  const second = snaps.find((s) => s.summary['hypsink.since'] === '5')!;
+  second.summary['hypsink.digest'] = `u1-${'C'.repeat(43)}`;
+  await fsp.writeFile(head.file, JSON.stringify(head.metadata));
+  const bad = await run(a.config, (k) => k.verify('lake'));
+  assert.equal(bad.ok, false);
+  const f = bad.sinks[0]!.findings;
+  assert.deepEqual(f.map((x) => x.problem), ['content'], JSON.stringify(f));
+  assert.match(f[0]!.message, /recorded digest u1-C{43}, the cache's u1-/);
+});
