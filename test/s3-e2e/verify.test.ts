@@ -20,7 +20,7 @@ const range = (key: string) => {
   return { since: Number(m[1]), until: Number(m[2]) };
 };
 
-test('verify over s3: whole chain, then a deleted object (hole) and a replaced one (row count)', { timeout: 60_000 }, async (t) => {
+test('verify over s3: whole chain, then a deleted object (hole), a replaced one without our metadata (row count), and one copied with its digest (content)', { timeout: 60_000 }, async (t) => {
   const { s3, proxy, dir } = await startStack(t);
   const path = await writeConfig(dir, proxy.endpoint, { unit: { maxRows: 10 } });
   const k = await openKernel(path);
@@ -42,7 +42,8 @@ test('verify over s3: whole chain, then a deleted object (hole) and a replaced o
   const c = new S3Client({ region: 'us-east-1', endpoint: s3.endpoint, forcePathStyle: true });
   t.after(() => c.destroy());
   await c.send(new DeleteObjectCommand({ Bucket: 'lake', Key: web[1]! }));
-  await c.send(new CopyObjectCommand({ Bucket: 'lake', Key: web[2]!, CopySource: `lake/${app[0]!}` }));
+  // REPLACE drops the copied object's metadata, digest included: only the row count can tell.
+  await c.send(new CopyObjectCommand({ Bucket: 'lake', Key: web[2]!, CopySource: `lake/${app[0]!}`, MetadataDirective: 'REPLACE' }));
 
   const bad = await cli('verify', '--config', path);
   assert.equal(bad.code, 1, bad.out + bad.err);
@@ -52,4 +53,10 @@ test('verify over s3: whole chain, then a deleted object (hole) and a replaced o
   assert.match(bad.out, new RegExp(`sink "lake": ${rel(web[2]!)}: holds 4 rows, the cache holds 5 .*s3://lake/${web[2]!.replace(/\./g, '\\.')}`));
   assert.match(bad.out, /sink "lake": 3 units over 2 partitions, 2 findings/);
   assert.match(bad.err, /HYPSINK_ERR_VERIFY/);
+
+  // The default COPY keeps the other unit's digest: a content finding, which says more than a row count.
+  await c.send(new CopyObjectCommand({ Bucket: 'lake', Key: web[2]!, CopySource: `lake/${app[0]!}` }));
+  const copied = await cli('verify', '--config', path);
+  assert.equal(copied.code, 1, copied.out + copied.err);
+  assert.match(copied.out, new RegExp(`sink "lake": ${rel(web[2]!)}: holds other rows than the cache holds for its range \\(20, 25\\]: recorded digest u1-\\S+, the cache's u1-`));
 });
