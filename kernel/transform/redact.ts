@@ -5,7 +5,7 @@
  * only the cells they touch are decoded and looked at; a column where nothing
  * is found is passed on as it was (the same Data). A JSON value that must be
  * looked into and is not valid JSON is refused: it cannot be known what in it
- * is a string value. @ref LLP 0046
+ * is a string value. What it never looks at (member names, numbers, encoded forms): @ref LLP 0066. @ref LLP 0046
  */
 import { isUtf8 } from 'node:buffer';
 import type { Data, RecordBatch } from 'apache-arrow';

@@ -177,6 +177,19 @@ test('JSON: only at the given paths, a masked value with quotes or escapes stays
   assert.deepEqual(JSON.parse(deep.texts[0] as string), { a: { password: M }, password: { v: M }, b: 'sk-cccccccccccccccccccccccc' });
 });
 
+test('what redact does not see (LLP 0066): member names, numbers, encoded forms; a path with a match-all regex masks every string under it', async () => {
+  const key = 'sk-aaaaaaaaaaaaaaaaaaaaaaaa';
+  const b64 = Buffer.from(`Bearer ${key}`).toString('base64');
+  const { texts } = await redactJson([{ [key]: 1, n: 4111111111111111, enc: b64, pct: encodeURIComponent('bob@example.com') }], {
+    patterns: ['email', 'bearer', 'credit-card'],
+    regex: ['sk-[a-z]{20,}'],
+  });
+  // Each of these is kept as it was: the limits the README states, and a change here must change the README.
+  assert.deepEqual(JSON.parse(texts[0] as string), { [key]: 1, n: 4111111111111111, enc: b64, pct: 'bob%40example.com' });
+  const all = await redactJson([{ creds: { user: 'u', token: 'line one\nline two', n: 7 }, other: 'kept' }], { regex: ['[\\s\\S]+'], paths: ['$.creds'] });
+  assert.deepEqual(JSON.parse(all.texts[0] as string), { creds: { user: M, token: M, n: 7 }, other: 'kept' });
+});
+
 test('JSON: a value that spells a secret with u-escapes is still looked into', async () => {
   // JSON.stringify never escapes letters or "@", but JSON text from elsewhere (a plugin transform) may.
   const cols = [col('payload', 'JSON')];
