@@ -15,9 +15,8 @@ import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import activate from '../../plugins/local-fs/src/index.js';
-import type { BlobDestination, DestinationFactory, PluginContext, PluginManifest } from '../../types/index.js';
 import { archive, assertExactlyOnce, cli, cliStatus, eventLines, type Json, partitionStatus, range, readExports, runSteps, sampleConfig, unseenCopy, writeConfig } from '../support/kernel.js';
+import { localFs } from '../support/local-fs.js';
 import { tempDir } from '../support/tmp.js';
 
 process.env.HYPSINK_LOG_LEVEL ??= 'warn';
@@ -237,18 +236,6 @@ test('a commit record written before digests (one per partition folder, no diges
   assert.equal(r.code, 0, r.err);
   assertExactlyOnce(await readExports(exports), { web: range(1, 1203) });
 });
-
-/** The local-fs destination as the host builds it, on `dir`. */
-function localFs(dir: string): BlobDestination {
-  const found: DestinationFactory[] = [];
-  const manifest = { name: '@hypsink/local-fs' } as PluginManifest;
-  const nothing = () => {
-    throw new Error('local-fs registers a destination only');
-  };
-  activate({ manifest, registerDestination: (f: DestinationFactory) => found.push(f), registerSink: nothing, registerEncoder: nothing, registerTransform: nothing } as unknown as PluginContext);
-  const log = { debug() {}, info() {}, warn() {}, error() {} };
-  return found[0]!.create({ dir }, { sink: 'archive', stateDir: dir, cacheId: '00000000-0000-4000-8000-000000000000', baseDir: dir, log });
-}
 
 test('digestOf: the digest recorded with every blob of a folder, not only the last one; null for a blob recorded before digests or replaced since', async () => {
   const base = tempDir('hypsink-content-');

@@ -24,6 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { GetObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import avro from 'avsc';
 import { icebergMetadata, icebergRead } from 'icebird';
+import { decodeManifest, decodeManifestList, encodeManifest, encodeManifestList, type ManifestFile } from '../../plugins/format-iceberg/src/avro.js';
 import { type FaultProxy, type FaultRule, anyOf, enforceIfNoneMatch, startFaultProxy } from './fault-proxy.js';
 import { type TestS3Server, startS3Server } from './s3server.js';
 
@@ -835,4 +836,31 @@ export async function startConditionalS3(opts: { buckets?: readonly string[] } =
       await s3.stop();
     },
   };
+}
+
+// ---------------------------------------------------------------- a hostile table
+
+/**
+ * A manifest re-encoded with every data file's path passed through `path`:
+ * what someone who may write inside the table's folder can do to it. Read and
+ * written with the plugin's own Avro code (the bytes are not under test here).
+ */
+export function rewriteManifest(bytes: Uint8Array, path: (filePath: string) => string): Uint8Array {
+  const { metadata, entries } = decodeManifest(bytes);
+  const spec = JSON.parse(metadata['partition-spec'] ?? '[]') as { name: string; 'field-id': number; transform: string }[];
+  return encodeManifest({
+    schemaJson: metadata.schema ?? '{}',
+    schemaId: Number(metadata['schema-id']),
+    specId: Number(metadata['partition-spec-id']),
+    partitionFields: spec.map((f) => ({ name: f.name, fieldId: f['field-id'], type: f.transform === 'day' ? 'int' : 'string' })),
+    partitionSpecJson: metadata['partition-spec'] ?? '[]',
+    entries: entries.map((e) => ({ ...e, dataFile: { ...e.dataFile, filePath: path(e.dataFile.filePath) } })),
+  });
+}
+
+/** A manifest list re-encoded with its manifests changed by `change` (added to, paths rewritten). */
+export function rewriteManifestList(bytes: Uint8Array, change: (manifests: ManifestFile[]) => ManifestFile[]): Uint8Array {
+  const manifests = change(decodeManifestList(bytes));
+  const first = manifests[0];
+  return encodeManifestList({ snapshotId: first?.addedSnapshotId ?? 1, parentSnapshotId: null, sequenceNumber: first?.sequenceNumber ?? 1, manifests });
 }

@@ -13,7 +13,7 @@ import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
 import { HypsinkError, parseSinkConfig, unitConflict } from 'hypsink/plugin';
-import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, manifestFileOf, type PartitionField } from './avro.js';
+import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
 import { expireSnapshots } from './maintain.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
@@ -258,7 +258,7 @@ class IcebergWriter {
       const id = snapshotId();
       const seq = m['last-sequence-number'] + 1;
       const parent = currentSnapshot(m);
-      const base = parent ? decodeManifestList(await store.avro(m, parent['manifest-list'], unit.signal)) : [];
+      const base = parent ? await this.manifestsOf(store, head, parent, unit.signal) : [];
       const mine = manifestFileOf({ manifestPath: locate(manifestKey), manifestLength: manifest.length, specId: spec['spec-id'], snapshotId: id, sequenceNumber: seq, partitionFields: fields, entries });
       const list = encodeManifestList({ snapshotId: id, parentSnapshotId: parent ? parent['snapshot-id'] : null, sequenceNumber: seq, manifests: [...base, mine] });
       const listKey = `${table}/metadata/snap-${id}-${attempt + 1}-${randomUUID()}.avro`;
@@ -292,6 +292,18 @@ class IcebergWriter {
       if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
       await store.backoff(attempt, unit.signal);
     }
+  }
+
+  /**
+   * The parent's manifests, carried into the new snapshot's list: each must be
+   * the table's own (LLP 0063), or a planted path would be copied on into
+   * every later snapshot and read by every engine.
+   */
+  private async manifestsOf(store: TableStore, head: Head, parent: Snapshot, signal: AbortSignal): Promise<ManifestFile[]> {
+    const list = parent['manifest-list'];
+    const manifests = decodeManifestList(await store.avro(list, `${store.describe(head.version)} (snapshot ${parent['snapshot-id']})`, signal));
+    for (const f of manifests) store.keyOf(f.manifestPath, `manifest list ${list}`);
+    return manifests;
   }
 
   /**

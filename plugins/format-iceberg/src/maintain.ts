@@ -10,12 +10,15 @@
  * manifests none of the kept lists names, data files none of the kept
  * manifests names. Metadata versions are never removed: a writer with a stale
  * head could otherwise create a removed version number again.
- * @ref LLP 0052
+ * Every location read or removed is first turned into a key of this table by
+ * its one rule (`TableStore.keyOf`): all of them are checked before the
+ * expiry commits, so a table naming a file elsewhere is refused whole.
+ * @ref LLP 0052, LLP 0063
  */
 import type { BlobDestination } from 'hypsink/plugin';
 import { decodeManifest, decodeManifestList } from './avro.js';
 import type { IcebergConfig } from './index.js';
-import { currentSnapshot, markOf, nextVersion, type Snapshot, type TableMetadata, type TableStore } from './table.js';
+import { currentSnapshot, markOf, namedIn, nextVersion, type Snapshot, type TableMetadata, type TableStore } from './table.js';
 
 /** The snapshots to keep, by id. */
 export function keptSnapshots(m: TableMetadata, cfg: Pick<IcebergConfig, 'maxSnapshotAgeMs' | 'minSnapshotsToKeep'>, now: number): Set<number> {
@@ -54,6 +57,8 @@ export async function expireSnapshots(
     const expired = m.snapshots.filter((s) => !keep.has(s['snapshot-id']));
     if (expired.length === 0) return `table ${store.tableKey}: ${m.snapshots.length} snapshot(s), none expired`;
     const kept = m.snapshots.filter((s) => keep.has(s['snapshot-id']));
+    // Read, and checked against the table, before the commit: a refusal leaves the table as it was.
+    const doomed = await unreachable(store, head.version, kept, expired, signal);
     const next = nextVersion(store.tableKey, head, (k) => destination.locate!(k), Date.now(), {
       snapshots: kept,
       'snapshot-log': m['snapshot-log'].filter((e) => keep.has(e['snapshot-id'])),
@@ -63,25 +68,46 @@ export async function expireSnapshots(
       await store.backoff(attempt, signal);
       continue;
     }
-    const removed = await removeUnreachable(store, destination, m, kept, expired, signal);
-    return `table ${store.tableKey}: ${expired.length} snapshot(s) expired, ${kept.length} kept; ${removed} file(s) removed`;
+    for (const [key, namedBy] of doomed) {
+      await destination.remove!(key, { signal }).catch((e: unknown) => {
+        throw namedIn(e, `${namedBy}; expiry stopped there`);
+      });
+    }
+    return `table ${store.tableKey}: ${expired.length} snapshot(s) expired, ${kept.length} kept; ${doomed.size} file(s) removed`;
   }
 }
 
-/** Remove what only the expired snapshots reached (the commit that dropped them is durable). */
-async function removeUnreachable(store: TableStore, destination: BlobDestination, m: TableMetadata, kept: readonly Snapshot[], expired: readonly Snapshot[], signal: AbortSignal): Promise<number> {
-  const manifestsOf = async (s: Snapshot) => decodeManifestList(await store.avro(m, s['manifest-list'], signal)).map((f) => f.manifestPath);
-  const liveManifests = new Set<string>();
-  for (const s of kept) for (const p of await manifestsOf(s)) liveManifests.add(p);
-  const deadManifests = new Set<string>();
-  for (const s of expired) for (const p of await manifestsOf(s)) if (!liveManifests.has(p)) deadManifests.add(p);
-  const deadFiles = new Set<string>();
+/**
+ * What only the expired snapshots reach, by key, each with the file that
+ * named it: their manifest lists, manifests no kept list names, data files no
+ * kept manifest names. Compared by key, not by the location's text, so a
+ * location spelled another way (`a//b`, `a/./b`) never removes a live file.
+ */
+async function unreachable(store: TableStore, version: number, kept: readonly Snapshot[], expired: readonly Snapshot[], signal: AbortSignal): Promise<Map<string, string>> {
+  const where = (s: Snapshot) => `${store.describe(version)} (snapshot ${s['snapshot-id']})`;
+  const manifestsOf = async (s: Snapshot) => {
+    const named = `manifest list ${s['manifest-list']}`;
+    return decodeManifestList(await store.avro(s['manifest-list'], where(s), signal)).map((f) => ({ location: f.manifestPath, key: store.keyOf(f.manifestPath, named) }));
+  };
+  const filesOf = async (manifest: string) => {
+    const named = `manifest ${manifest}`;
+    return decodeManifest(await store.avro(manifest, named, signal)).entries.map((e) => ({ key: store.keyOf(e.dataFile.filePath, named), named }));
+  };
+  const liveLists = new Set(kept.map((s) => store.keyOf(s['manifest-list'], where(s))));
+  const liveManifests = new Map<string, string>();
+  for (const s of kept) for (const f of await manifestsOf(s)) liveManifests.set(f.key, f.location);
+  const deadManifests = new Map<string, { location: string; named: string }>();
+  for (const s of expired) for (const f of await manifestsOf(s)) if (!liveManifests.has(f.key)) deadManifests.set(f.key, { location: f.location, named: `manifest list ${s['manifest-list']}` });
+  const doomed = new Map<string, string>();
   if (deadManifests.size > 0) {
     const liveFiles = new Set<string>();
-    for (const p of liveManifests) for (const e of decodeManifest(await store.avro(m, p, signal)).entries) liveFiles.add(e.dataFile.filePath);
-    for (const p of deadManifests) for (const e of decodeManifest(await store.avro(m, p, signal)).entries) if (!liveFiles.has(e.dataFile.filePath)) deadFiles.add(e.dataFile.filePath);
+    for (const location of liveManifests.values()) for (const f of await filesOf(location)) liveFiles.add(f.key);
+    for (const { location } of deadManifests.values()) for (const f of await filesOf(location)) if (!liveFiles.has(f.key)) doomed.set(f.key, f.named);
   }
-  const keys = [...deadFiles, ...deadManifests, ...expired.map((s) => s['manifest-list'])].map((loc) => store.keyOf(m, loc));
-  for (const k of keys) await destination.remove!(k, { signal });
-  return keys.length;
+  for (const [key, { named }] of deadManifests) doomed.set(key, named);
+  for (const s of expired) {
+    const key = store.keyOf(s['manifest-list'], where(s));
+    if (!liveLists.has(key)) doomed.set(key, where(s));
+  }
+  return doomed;
 }

@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { BlobDestination, Logger } from 'hypsink/plugin';
-import { HypsinkError } from 'hypsink/plugin';
+import { HypsinkError, isHypsinkError } from 'hypsink/plugin';
 import type { IcebergSchema, PartitionSpec } from './schema.js';
 
 export interface Snapshot {
@@ -175,7 +175,9 @@ export class TableStore {
       v += 1;
       metadata = next;
     }
-    return metadata === null ? null : { version: v, metadata };
+    if (metadata === null) return null;
+    this.checkMetadata(metadata, v);
+    return { version: v, metadata };
   }
 
   private async hinted(signal: AbortSignal): Promise<number> {
@@ -217,21 +219,56 @@ export class TableStore {
     await this.destination.replace!(hintKey(this.tableKey), new TextEncoder().encode(`${v}\n`), { contentType: 'text/plain', signal });
   }
 
-  /** Read an Avro file of the table by its location. */
-  async avro(metadata: TableMetadata, location: string, signal: AbortSignal): Promise<Uint8Array> {
-    const key = this.keyOf(metadata, location);
-    const bytes = await this.destination.get!(key, { signal });
-    if (bytes === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${this.sink}": ${location}, which the table's metadata names, is not there; the table is damaged: restore it`);
-    return bytes;
+  /** Where this table is, as its metadata should name it: the destination's location of its key. */
+  get location(): string {
+    return this.destination.locate!(this.tableKey);
   }
 
-  /** The destination key of a location inside the table (`<location>/…`). */
-  keyOf(metadata: TableMetadata, location: string): string {
-    const root = metadata.location.replace(/\/+$/, '');
-    if (!location.startsWith(`${root}/`)) {
-      throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${this.sink}": ${location} lies outside the table's location ${root}; hypsink reads only files under the table's own folder`);
+  /**
+   * The destination key of `location`, which `namedBy` (a metadata file, a
+   * manifest list, a manifest) names; refused unless it lies under this
+   * table's own location. Every location hypsink takes from a table goes
+   * through here before it is read or removed.
+   * @ref LLP 0063
+   */
+  keyOf(location: string, namedBy: string): string {
+    const key = locationKey(this.location, this.tableKey, location);
+    if (typeof key === 'string') return key;
+    throw this.outside(namedBy, location, `lies outside the table ${this.location} (${key.reason})`);
+  }
+
+  private outside(namedBy: string, location: string, what: string): HypsinkError {
+    return new HypsinkError(
+      'HYPSINK_ERR_DESTINATION',
+      `sink "${this.sink}": ${namedBy} names ${JSON.stringify(location)}, which ${what}; hypsink reads, writes and removes only files under a table's own location, and nothing was read or removed there. That file was changed by someone else: restore it from a backup, or rewrite or remove the entry naming that location, then run again`,
+    );
+  }
+
+  /**
+   * Every location a metadata version names that hypsink may follow: the
+   * table's own, each snapshot's manifest list and each metadata-log entry.
+   * A version naming one elsewhere is refused whole, before anything it names
+   * is read (and before a new version copies it on). @ref LLP 0063
+   */
+  checkMetadata(m: TableMetadata, v: number): void {
+    const namedBy = this.describe(v);
+    const own = parseLocation(this.location);
+    const said = typeof m.location === 'string' ? parseLocation(m.location) : { reason: 'not a string' };
+    if ('reason' in own || 'reason' in said || !sameLocation(own, said)) {
+      throw this.outside(namedBy, String(m.location), `is not the table's location ${this.location}; a table is read only where it was created (moved, or edited?)`);
     }
-    return `${this.tableKey}${location.slice(root.length)}`;
+    for (const s of m.snapshots ?? []) this.keyOf(s['manifest-list'], `${namedBy} (snapshot ${s['snapshot-id']})`);
+    for (const e of m['metadata-log'] ?? []) this.keyOf(e['metadata-file'], `${namedBy} (metadata-log)`);
+  }
+
+  /** Read an Avro file of the table by its location, which `namedBy` names. */
+  async avro(location: string, namedBy: string, signal: AbortSignal): Promise<Uint8Array> {
+    const key = this.keyOf(location, namedBy);
+    const bytes = await this.destination.get!(key, { signal }).catch((e: unknown) => {
+      throw namedIn(e, namedBy);
+    });
+    if (bytes === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${this.sink}": ${location}, which ${namedBy} names, is not there; the table is damaged: restore it`);
+    return bytes;
   }
 
   /** Wait before the next attempt after a lost race: bounded, jittered so racing writers spread out. */
@@ -250,4 +287,106 @@ export class TableStore {
       );
     });
   }
+}
+
+/**
+ * The destination's own refusal of a key a table's file named (a link on the
+ * way, LLP 0028), saying which file named it; other errors as they are.
+ */
+export function namedIn(e: unknown, namedBy: string): unknown {
+  return isHypsinkError(e) ? new HypsinkError(e.code, `${e.message} (named by ${namedBy})`, { cause: e, retryable: e.retryable }) : e;
+}
+
+/** A location taken apart: its scheme, its authority (a bucket, a host) and its path's names, normalised. */
+interface Location {
+  readonly scheme: string;
+  readonly authority: string;
+  readonly names: readonly string[];
+}
+
+/** Names of one store: `s3a:` and `s3n:` are Hadoop's names for `s3:`. */
+const SCHEMES: Readonly<Record<string, string>> = { s3a: 's3', s3n: 's3' };
+
+/**
+ * `location` as a scheme, an authority and the names of its path, normalised
+ * the way the store would read it: repeated slashes and `.` dropped, `..`
+ * taken back (never above the top), and for `file:` percent-encoding decoded
+ * first (`%2e%2e` is `..`; an encoded `/`, `\` or NUL is refused, never a
+ * name). S3 keys are taken as they are: S3 decodes nothing. A path without a
+ * scheme is a `file:` path when absolute, refused when relative.
+ * @ref LLP 0063
+ */
+export function parseLocation(location: string): Location | { reason: string } {
+  const m = /^([A-Za-z][A-Za-z0-9+.-]*):(.*)$/s.exec(location);
+  let scheme: string;
+  let rest: string;
+  if (m) {
+    scheme = m[1]!.toLowerCase();
+    rest = m[2]!;
+  } else if (location.startsWith('/')) {
+    scheme = 'file';
+    rest = location;
+  } else {
+    return { reason: 'not an absolute location' };
+  }
+  scheme = SCHEMES[scheme] ?? scheme;
+  let authority = '';
+  if (rest.startsWith('//')) {
+    const slash = rest.indexOf('/', 2);
+    authority = slash < 0 ? rest.slice(2) : rest.slice(2, slash);
+    rest = slash < 0 ? '' : rest.slice(slash);
+  }
+  if (scheme === 'file') {
+    authority = authority.toLowerCase();
+    if (authority === 'localhost') authority = '';
+    // A query or a fragment is not part of a file's path; hypsink's own locations encode both characters.
+    if (/[?#]/.test(rest)) return { reason: 'a file: location with a query or a fragment' };
+  }
+  const names: string[] = [];
+  for (const raw of rest.split('/')) {
+    let name = raw;
+    if (scheme === 'file') {
+      try {
+        name = decodeURIComponent(raw);
+      } catch {
+        return { reason: `${JSON.stringify(raw)} is not valid percent-encoding` };
+      }
+      if (/[/\\\0]/.test(name)) return { reason: `${JSON.stringify(raw)} encodes a slash, a backslash or a NUL` };
+    }
+    if (name === '' || name === '.') continue;
+    if (name === '..') {
+      if (names.length === 0) return { reason: '`..` above the top' };
+      names.pop();
+      continue;
+    }
+    names.push(name);
+  }
+  return { scheme, authority, names };
+}
+
+function sameLocation(a: Location, b: Location): boolean {
+  return a.scheme === b.scheme && a.authority === b.authority && a.names.length === b.names.length && a.names.every((n, i) => n === b.names[i]);
+}
+
+/**
+ * The one rule (LLP 0063): the destination key of a location a table's
+ * metadata names, or why it is refused. `own` is the table's location as the
+ * destination gives it (`locate(tableKey)`), never the `location` a metadata
+ * file says: that file may have been rewritten. A location is the table's
+ * when, both normalised, it has the table's scheme and authority (bucket,
+ * host) and its path lies strictly under the table's; the key is the table's
+ * key and the names below it, so it can never name a key of another table or
+ * outside the destination's root or prefix.
+ */
+export function locationKey(own: string, tableKey: string, location: string): string | { reason: string } {
+  if (typeof location !== 'string') return { reason: 'not a string' };
+  const table = parseLocation(own);
+  if ('reason' in table) return { reason: `the table's own location ${own}: ${table.reason}` };
+  const loc = parseLocation(location);
+  if ('reason' in loc) return loc;
+  if (loc.scheme !== table.scheme) return { reason: `${loc.scheme}: is not the table's ${table.scheme}:` };
+  if (loc.authority !== table.authority) return { reason: table.scheme === 's3' ? `bucket ${loc.authority || '(none)'} is not the table's ${table.authority}` : `host ${loc.authority} is not this machine` };
+  const under = loc.names.length > table.names.length && table.names.every((n, i) => n === loc.names[i]);
+  if (!under) return { reason: `/${loc.names.join('/')} is not under /${table.names.join('/')}` };
+  return [tableKey, ...loc.names.slice(table.names.length)].join('/');
 }

@@ -38,7 +38,7 @@ import {
 import { checkFolder } from './check.js';
 import { type CommitRecord, type Digest, digestBody, digestFile, folderRecordPath, readRecord, recordPath, sweepTemps, tempName, writeNew, writeRecord } from './files.js';
 import { listBlobs, readRange } from './readback.js';
-import { checkRoot, ensureFolders, fsyncDir, kindOf, linkTarget, lstatOrNull, treeError } from './tree.js';
+import { checkRoot, ensureFolders, existingFolders, fsyncDir, kindOf, lstatOrNull, linkTarget, rootPresent, treeError } from './tree.js';
 
 const configSchema = z
   .object({
@@ -99,6 +99,19 @@ class LocalFsDestination implements BlobDestination {
       throw e;
     });
     return this.ready;
+  }
+
+  /**
+   * Whether the folders down to `path` (a target inside the root) are all
+   * there, checked as a write checks them but making nothing: the root's
+   * path, then every folder below it with `lstat`. A link or anything but a
+   * folder on the way is refused, so no read or remove passes a link (a key
+   * may come from a file someone else wrote: an Iceberg manifest).
+   * @ref LLP 0028, LLP 0063
+   */
+  private async reachable(path: string): Promise<boolean> {
+    if (!(await rootPresent(this.sink, this.root, this.followRootLinks))) return false;
+    return existingFolders(this.sink, this.root, relative(this.root, dirname(path)));
   }
 
   async putIfAbsent(key: string, body: BlobBody, opts: PutOptions): Promise<PutResult> {
@@ -196,8 +209,10 @@ class LocalFsDestination implements BlobDestination {
   async digestOf(key: string): Promise<string | null> {
     const final = this.target(key);
     try {
+      if (!(await this.reachable(final))) return null;
       const st = await lstatOrNull(final);
       if (!st?.isFile()) return null;
+      if (!(await existingFolders(this.sink, this.root, `${TMP}/${COMMITS}`))) return null;
       const relDir = relative(this.root, dirname(final)).split(sep).join('/');
       const rec = await this.recordOf(key, join(this.root, TMP, COMMITS), relDir);
       return rec?.digest !== undefined && rec.size === st.size ? rec.digest : null;
@@ -237,11 +252,7 @@ class LocalFsDestination implements BlobDestination {
   async *list(prefix: string, opts: { signal: AbortSignal }): AsyncIterable<ListedBlob> {
     try {
       // Read-only: a root not there holds nothing (checkRoot would make it).
-      const st = await lstatOrNull(this.root);
-      if (st === null) return;
-      if (st.isSymbolicLink() && !this.followRootLinks) {
-        throw treeError(this.sink, `config.dir ${this.root} is a symbolic link${await linkTarget(this.root)}; set config.dir to the real path, or "followRootLinks": true if the link is yours`);
-      }
+      if (!(await rootPresent(this.sink, this.root, this.followRootLinks))) return;
       yield* listBlobs(this.sink, this.root, prefix, TMP, opts.signal);
     } catch (e) {
       throw isHypsinkError(e) ? e : this.readError(e, join(this.root, prefix));
@@ -252,9 +263,11 @@ class LocalFsDestination implements BlobDestination {
   async read(key: string, range: { offset: number; length: number }): Promise<Uint8Array> {
     const path = this.target(key);
     try {
+      // Missing folders: the open below fails with ENOENT, as for a missing file.
+      await this.reachable(path);
       return await readRange(path, range.offset, range.length);
     } catch (e) {
-      throw this.readError(e, path);
+      throw isHypsinkError(e) ? e : this.readError(e, path);
     }
   }
 
@@ -262,10 +275,11 @@ class LocalFsDestination implements BlobDestination {
   async get(key: string): Promise<Uint8Array | null> {
     const path = this.target(key);
     try {
+      if (!(await this.reachable(path))) return null;
       return await readRange(path, 0, Number.MAX_SAFE_INTEGER);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw this.readError(e, path);
+      throw isHypsinkError(e) ? e : this.readError(e, path);
     }
   }
 
@@ -293,17 +307,22 @@ class LocalFsDestination implements BlobDestination {
     }
   }
 
-  /** A committed blob removed (table maintenance); only a regular file, never a link or folder. */
+  /**
+   * A committed blob removed (table maintenance); only a regular file, never a
+   * link or folder, and only where every folder on the way is a real one
+   * (the key may come from a manifest someone else rewrote). @ref LLP 0063
+   */
   async remove(key: string): Promise<void> {
     const final = this.target(key);
     try {
+      if (!(await this.reachable(final))) return;
       const st = await lstatOrNull(final);
       if (st === null) return;
       if (!st.isFile()) throw treeError(this.sink, `${final} is ${kindOf(st)}, not a blob local-fs wrote; it is left as it is`);
       await fsp.unlink(final);
       await fsyncDir(dirname(final));
-      // Its record goes with it: a later blob at the key is a new commit.
-      await fsp.unlink(recordPath(join(this.root, TMP, COMMITS), key)).catch(() => undefined);
+      // Its record goes with it: a later blob at the key is a new commit. Only through real folders, as every remove.
+      if (await existingFolders(this.sink, this.root, `${TMP}/${COMMITS}`)) await fsp.unlink(recordPath(join(this.root, TMP, COMMITS), key)).catch(() => undefined);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
       throw isHypsinkError(e) ? e : this.fsError(e, final);

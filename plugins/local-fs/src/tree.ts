@@ -85,6 +85,11 @@ async function realFolder(sink: string, dir: string, inside: string): Promise<vo
     }
     st = await fsp.lstat(dir);
   }
+  await refuseUnlessFolder(sink, dir, st, inside);
+}
+
+/** A component on the way to a blob: a link or anything but a folder is refused, naming it. */
+async function refuseUnlessFolder(sink: string, dir: string, st: Stats, inside: string): Promise<void> {
   if (st.isSymbolicLink()) {
     throw treeError(
       sink,
@@ -108,6 +113,42 @@ export async function ensureFolders(sink: string, root: string, rel: string): Pr
     await realFolder(sink, cur, root);
   }
   return cur;
+}
+
+/**
+ * The folders of `rel` under `root`, walked as `ensureFolders` walks them for
+ * a write, but making nothing: for a read or a remove. False when one is
+ * missing (nothing can be below it); a link or anything but a folder on the
+ * way is refused, naming it, so no read or remove passes a link.
+ * @ref LLP 0063
+ */
+export async function existingFolders(sink: string, root: string, rel: string): Promise<boolean> {
+  let cur = root;
+  for (const seg of rel.split(/[\\/]/)) {
+    if (seg === '' || seg === '.') continue;
+    cur = join(cur, seg);
+    const st = await lstatOrNull(cur);
+    if (st === null) return false;
+    await refuseUnlessFolder(sink, cur, st, root);
+  }
+  return true;
+}
+
+/**
+ * The root's own path for a read: every component checked as `checkRoot`
+ * checks it, nothing made. False when a component is missing (nothing is
+ * stored yet).
+ */
+export async function rootPresent(sink: string, root: string, followLinks: boolean): Promise<boolean> {
+  const top = parse(root).root;
+  let cur = top;
+  for (const seg of root.slice(top.length).split(sep).filter((s) => s !== '')) {
+    cur = join(cur, seg);
+    const st = await lstatOrNull(cur);
+    if (st === null) return false;
+    await checkRootLevel(sink, root, cur, st, followLinks);
+  }
+  return true;
 }
 
 /**

@@ -93,9 +93,19 @@ export class S3Destination implements BlobDestination {
     }
   }
 
-  /** The object key: `prefix/` + the kernel's relative key, without doubled slashes. */
+  /**
+   * The object key: `prefix/` + the kernel's relative key, without doubled
+   * slashes. A `.` or `..` name is refused: S3 keeps it literally, but the SDK
+   * and S3-compatible stores resolve it in the request path (s3rver removes
+   * `<prefix>/a/../../x` as `x`), which would reach outside the prefix.
+   * @ref LLP 0063
+   */
   objectKey(key: string): string {
-    const rel = key.split('/').filter(Boolean).join('/');
+    const names = key.split('/').filter(Boolean);
+    if (names.some((n) => n === '.' || n === '..')) {
+      throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": blob key ${JSON.stringify(key)} has a "." or ".." name; it could reach outside s3://${this.cfg.bucket}/${this.cfg.prefix}`);
+    }
+    const rel = names.join('/');
     if (!rel) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${this.sink}": empty blob key`);
     return this.cfg.prefix ? `${this.cfg.prefix}/${rel}` : rel;
   }
