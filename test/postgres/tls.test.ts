@@ -168,6 +168,25 @@ test('ssl.mode require against a server without TLS: a clear error', async () =>
   );
 });
 
+test('prefer against a server without TLS: rows land in plain text, and a warning says so (LLP 0064)', async () => {
+  const pg = await testPg();
+  const url = await pg.database('prefer');
+  const w = await pgWorkspace({ url, sink: { ssl: { mode: 'prefer' } } });
+  const { k, logs } = await w.open();
+  try {
+    await ingestText(k, 'h', eventLines(1, 2));
+    const [t] = await k.export('warehouse');
+    assert.equal(t!.partitions[0]!.error, null, String(t!.partitions[0]!.error));
+    assert.equal((await w.rows()).length, 2);
+    const warned = logs.filter((l) => l.level === 40 && /sslmode prefer: TLS failed; the sink's connections are NOT encrypted/.test(String(l.msg)));
+    assert.equal(warned.length, 1, JSON.stringify(logs));
+    assert.equal(warned[0]!.encrypted, false);
+    assert.match(String(warned[0]!.firstTry), /does not support SSL connections/);
+  } finally {
+    await k.close();
+  }
+});
+
 test('ssl.ca that is not there: HYPSINK_ERR_CONFIG naming config.ssl.ca', async () => {
   const pg = await testPg();
   const url = await pg.database('noca');

@@ -53,6 +53,7 @@ async function tryOnce(options: ClientOptions, ssl: false | TlsOptions, signal?:
   } catch (error) {
     // A server's ErrorResponse before login completed is a refused login, whichever transport.
     const refused = error instanceof pg.DatabaseError;
+    await client.end().catch(() => undefined);
     return { error, stage: refused ? 'login' : stage };
   } finally {
     signal?.removeEventListener('abort', stop);
