@@ -15,10 +15,10 @@ import { chmod, chown, copyFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
-import { eventLines, ingestText, type Json } from '../support/kernel.js';
+import { cli, eventLines, ingestText, type Json, writeConfig } from '../support/kernel.js';
 import { startPg, type TestPg, testPg } from '../support/pg.js';
 import { tempDir } from '../support/tmp.js';
-import { pgWorkspace } from './helpers.js';
+import { pgConfig, pgWorkspace } from './helpers.js';
 
 after(async () => (await testPg()).stop());
 
@@ -105,6 +105,14 @@ describe('a server with TLS on and plain connections refused', () => {
       /: TLS: the server's certificate was not accepted: .*127\.0\.0\.1.*\(ERR_TLS_CERT_ALTNAME_INVALID\); the host in config\.url is not a name on the certificate/,
     ],
     ['disable: the server refuses plain connections', { mode: 'disable' }, '127.0.0.1', /no encryption; the server takes only TLS connections from here: set config\.ssl\.mode/],
+    ['prefer: TLS first, any certificate', { mode: 'prefer' }, '127.0.0.1', null],
+    ['allow: plain first, refused, then TLS', { mode: 'allow' }, '127.0.0.1', null],
+    [
+      'require with ssl.ca checks as verify-ca (libpq): another CA',
+      { mode: 'require', ca: 'other.crt' },
+      '127.0.0.1',
+      /: TLS: the server's certificate was not accepted: unable to verify the first certificate \(UNABLE_TO_VERIFY_LEAF_SIGNATURE\)/,
+    ],
   ] as const) {
     test(`${what}: ${ok === null ? 'rows land' : 'refused, nothing written'}`, async () => {
       const { url, admin } = await db(host);
@@ -123,6 +131,30 @@ describe('a server with TLS on and plain connections refused', () => {
       }
     });
   }
+
+  // What validate --connect says of each mode: what the socket ran over, and what was verified. @ref LLP 0064
+  for (const [ssl, host, said] of [
+    [{ mode: 'require' }, '127.0.0.1', /; encrypted \(TLSv1\.[23], sslmode require\): certificate not verified, host name not verified; schema public/],
+    [{ mode: 'require', ca: 'ca.crt' }, '127.0.0.1', /; encrypted \(TLSv1\.[23], sslmode require with config\.ssl\.ca, checked as verify-ca\): certificate verified, host name not verified; /],
+    [{ mode: 'verify-ca', ca: 'ca.crt' }, 'localhost', /; encrypted \(TLSv1\.[23], sslmode verify-ca\): certificate verified, host name not verified; /],
+    [{ mode: 'verify-full', ca: 'ca.crt' }, 'localhost', /; encrypted \(TLSv1\.[23], sslmode verify-full\): certificate verified, host name verified; /],
+    [{ mode: 'prefer' }, '127.0.0.1', /; encrypted \(TLSv1\.[23], sslmode prefer\): certificate not verified, host name not verified; /],
+    [
+      { mode: 'allow' },
+      '127.0.0.1',
+      /; encrypted \(TLSv1\.[23], sslmode allow; a plain connection failed first: pg_hba\.conf rejects connection for host "127\.0\.0\.1", user "postgres", database "tls_\w+", no encryption\): certificate not verified, host name not verified; /,
+    ],
+  ] as const) {
+    test(`validate --connect with ${JSON.stringify(ssl)} to ${host}: says what it ran over and what it verified`, async () => {
+      const { url } = await db(host);
+      const dir = tempDir('hypsink-pg-tls-validate-');
+      const sslAbs = 'ca' in ssl ? { ...ssl, ca: join(certs, ssl.ca) } : ssl;
+      const r = await cli('validate', '--connect', '--config', await writeConfig(dir, pgConfig(url, { sink: { ssl: sslAbs } })));
+      assert.equal(r.code, 0, r.out + r.err);
+      assert.match(r.out, /^sink "warehouse": ok — postgres:\/\/postgres@[\w.]+:\d+\/tls_\w+: login accepted as postgres/);
+      assert.match(r.out, said);
+    });
+  }
 });
 
 test('ssl.mode require against a server without TLS: a clear error', async () => {
@@ -134,6 +166,25 @@ test('ssl.mode require against a server without TLS: a clear error', async () =>
     error!.message,
     /^sink "warehouse": postgres:\/\/postgres@127\.0\.0\.1:\d+\/nossl_\w+: TLS: the server does not support SSL connections; config\.ssl\.mode is "require": turn ssl on at the server, or set config\.ssl\.mode to "disable"/,
   );
+});
+
+test('prefer against a server without TLS: rows land in plain text, and a warning says so (LLP 0064)', async () => {
+  const pg = await testPg();
+  const url = await pg.database('prefer');
+  const w = await pgWorkspace({ url, sink: { ssl: { mode: 'prefer' } } });
+  const { k, logs } = await w.open();
+  try {
+    await ingestText(k, 'h', eventLines(1, 2));
+    const [t] = await k.export('warehouse');
+    assert.equal(t!.partitions[0]!.error, null, String(t!.partitions[0]!.error));
+    assert.equal((await w.rows()).length, 2);
+    const warned = logs.filter((l) => l.level === 40 && /sslmode prefer: TLS failed; the sink's connections are NOT encrypted/.test(String(l.msg)));
+    assert.equal(warned.length, 1, JSON.stringify(logs));
+    assert.equal(warned[0]!.encrypted, false);
+    assert.match(String(warned[0]!.firstTry), /does not support SSL connections/);
+  } finally {
+    await k.close();
+  }
 });
 
 test('ssl.ca that is not there: HYPSINK_ERR_CONFIG naming config.ssl.ca', async () => {

@@ -38,8 +38,23 @@ test('the server up and the login good: ok, naming the role, the server and the 
   const url = await (await testPg()).database('pgvalid');
   const v = await validate(url);
   assert.equal(v.code, 0, v.line + v.stderr);
-  assert.match(v.line, /^sink "warehouse": ok — postgres:\/\/postgres@127\.0\.0\.1:\d+\/pgvalid_\w+: login accepted as postgres \(PostgreSQL \d+[.\d]*\); schema public: CREATE allowed$/);
+  assert.match(v.line, /^sink "warehouse": ok — postgres:\/\/postgres@127\.0\.0\.1:\d+\/pgvalid_\w+: login accepted as postgres \(PostgreSQL \d+[.\d]*\); not encrypted \(sslmode disable, the default\): certificate and host name not verified; schema public: CREATE allowed$/);
   assert.equal(v.result.ok, true);
+  assert.deepEqual(await tables(url), [], 'no table made');
+});
+
+test('a server without TLS: prefer and allow log in plain and say so, require fails naming where the mode was read (LLP 0064)', async () => {
+  const url = await (await testPg()).database('pgvalidssl');
+  let v = await validate(`${url}?sslmode=prefer`);
+  assert.equal(v.code, 0, v.line + v.stderr);
+  assert.match(v.line, /\); not encrypted \(sslmode prefer; TLS failed first: The server does not support SSL connections\): certificate and host name not verified; schema public/);
+  v = await validate(`${url}?sslmode=allow`);
+  assert.equal(v.code, 0, v.line + v.stderr);
+  assert.match(v.line, /\); not encrypted \(sslmode allow\): certificate and host name not verified; schema public/);
+  v = await validate(`${url}?sslmode=require`);
+  assert.equal(v.code, 1, v.line);
+  assert.equal(v.result.code, 'HYPSINK_ERR_DESTINATION');
+  assert.match(v.line, /TLS: the server does not support SSL connections; sslmode in config\.url is "require": turn ssl on at the server/);
   assert.deepEqual(await tables(url), [], 'no table made');
 });
 

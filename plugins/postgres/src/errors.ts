@@ -71,8 +71,9 @@ export interface FaultScope {
   /** The schema of the sink's tables, and the privileges it needs on each (by table name). */
   readonly schema?: string;
   readonly needs?: Readonly<Record<string, string>>;
-  /** The sslmode in force, for what a TLS failure says to do. */
+  /** The sslmode in force, and where it was read, for what a TLS failure says to do. */
   readonly sslMode?: string;
+  readonly sslFrom?: string;
   readonly redact: Redactor;
 }
 
@@ -84,7 +85,8 @@ export interface FaultScope {
 function tlsFailure(f: PgFault, msg: string, s: FaultScope): string | null {
   const code = f.code ?? '';
   if (/does not support SSL connections/i.test(msg)) {
-    return `TLS: the server does not support SSL connections; config.ssl.mode is "${s.sslMode ?? 'require'}": turn ssl on at the server, or set config.ssl.mode to "disable" for a plain connection`;
+    const from = s.sslFrom === undefined || s.sslFrom === 'the default' ? 'config.ssl.mode' : s.sslFrom;
+    return `TLS: the server does not support SSL connections; ${from} is "${s.sslMode ?? 'require'}": turn ssl on at the server, or set config.ssl.mode to "disable" for a plain connection`;
   }
   if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
     return `TLS: the server's certificate was not accepted: ${msg} (${code}); the host in config.url is not a name on the certificate: use one that is, or set config.ssl.mode to "verify-ca" to check the signature only`;
@@ -119,8 +121,18 @@ function refusedObject(msg: string, s: FaultScope): { what: string; grant: strin
   return { what: `${s.schema}.${m[2]}`, grant: `GRANT ${s.needs?.[m[2]!] ?? 'SELECT, INSERT'} ON ${name} TO ${role}` };
 }
 
-/** The error the sink throws for a fault that is not retried (or no longer). */
+/**
+ * The error the sink throws for a fault that is not retried (or no longer). A
+ * second connection's fault (sslmode allow, prefer) says why the first failed. @ref LLP 0064
+ */
 export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attempts?: number): HypsinkError {
+  const made = fromFault(e, s, kind, attempts);
+  const earlier = (e as { earlier?: unknown } | null)?.earlier;
+  if (made === e || typeof earlier !== 'string') return made;
+  return new HypsinkError(made.code, `${made.message} (${s.redact.text(earlier)})`, { cause: made.cause, hint: made.hint, retryable: made.retryable, retryAfterMs: made.retryAfterMs });
+}
+
+function fromFault(e: unknown, s: FaultScope, kind: FaultKind, attempts?: number): HypsinkError {
   if (e instanceof HypsinkError) return e;
   const f = (e ?? {}) as PgFault;
   const msg = s.redact.text(f.message ?? String(e));

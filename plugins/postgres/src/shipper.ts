@@ -36,6 +36,7 @@ import { type Connection, connection, type PostgresConfig } from './config.js';
 import { type CopyPass, copyText } from './copy.js';
 import { classify, copyLine, type FaultScope, Redactor, rowReason, toHypsinkError } from './errors.js';
 import { ensureOwnTables, ensureTable, type Names, ownTables, q, SOURCE_COLUMN } from './table.js';
+import { type ClientOptions, openClient, type Transport } from './transport.js';
 
 /** Bump only with a migration note: recorded intents keep their ids either way. */
 const ID_SCHEME = 'hypsink.postgres.unit.v1';
@@ -107,6 +108,8 @@ export class PostgresShipper implements UnitShipper {
   private readonly redact: Redactor;
   private readonly names: Names;
   private pool: pg.Pool | null = null;
+  /** The pool being opened (prefer and allow first find the transport that works). */
+  private opening: Promise<pg.Pool> | null = null;
   private ownTables: Promise<void> | null = null;
   /** Tables known to fit a column set (by dataset and columns), this run. */
   private readonly fitted = new Map<string, Promise<void>>();
@@ -137,11 +140,15 @@ export class PostgresShipper implements UnitShipper {
   private scope(dataset: string): FaultScope {
     const n = this.names;
     const needs = { [this.tableOf(dataset)]: 'INSERT', [n.watermarks]: 'SELECT, INSERT, UPDATE', [n.rejects]: 'SELECT, INSERT', [n.units]: 'SELECT, INSERT, UPDATE' };
-    return { sink: this.ctx.sink, user: this.conn.user, shown: this.conn.shown, table: `${this.cfg.schema}.${this.tableOf(dataset)}`, schema: n.schema, needs, sslMode: this.conn.sslMode, redact: this.redact };
+    return { sink: this.ctx.sink, user: this.conn.user, shown: this.conn.shown, table: `${this.cfg.schema}.${this.tableOf(dataset)}`, schema: n.schema, needs, sslMode: this.conn.sslMode, sslFrom: this.conn.sslFrom, redact: this.redact };
   }
 
-  /** What every connection of the sink is opened with: the pool's and the check's. */
-  private clientOptions(): pg.ClientConfig {
+  /**
+   * What every connection of the sink is opened with, the pool's and the check's, but its
+   * `ssl` (each try's own). Never a connection string: node-postgres's parser would read
+   * sslmode its own way. @ref LLP 0064
+   */
+  private clientOptions(): ClientOptions {
     const c = this.conn;
     return {
       host: c.host,
@@ -149,24 +156,62 @@ export class PostgresShipper implements UnitShipper {
       database: c.database,
       user: c.user,
       ...(c.password !== undefined ? { password: c.password } : {}),
-      ssl: c.ssl,
       connectionTimeoutMillis: this.cfg.connectTimeoutMs,
       application_name: this.cfg.applicationName,
     };
   }
 
-  private getPool(): pg.Pool {
-    if (this.pool) return this.pool;
-    const pool = new pg.Pool({
-      ...this.clientOptions(),
-      max: this.cfg.poolSize,
-      idleTimeoutMillis: 30_000,
-      statement_timeout: this.cfg.statementTimeoutMs,
+  /**
+   * The pool. With one transport to try it is opened at once; with prefer or allow one
+   * connection first finds the transport libpq's rule picks, and the pool keeps to it until
+   * a connection of it fails (then the next one decides again). @ref LLP 0064
+   */
+  private getPool(): Promise<pg.Pool> {
+    if (this.pool) return Promise.resolve(this.pool);
+    this.opening ??= (async () => {
+      let ssl = this.conn.tries[0]!;
+      if (this.conn.tries.length > 1) {
+        const { client, transport } = await openClient(this.conn, this.clientOptions());
+        await client.end().catch(() => undefined);
+        ssl = transport.ssl;
+        if (transport.after !== null) {
+          // prefer ending in plain text is what the operator allowed, but never silent.
+          const fields = { sink: this.ctx.sink, sslmode: this.conn.sslMode, encrypted: transport.encrypted, firstTry: this.redact.text(transport.after) };
+          if (transport.encrypted) this.ctx.log.info(fields, `PostgreSQL: sslmode ${this.conn.sslMode}: a plain connection failed; the sink's connections use TLS`);
+          else this.ctx.log.warn(fields, `PostgreSQL: sslmode ${this.conn.sslMode}: TLS failed; the sink's connections are NOT encrypted`);
+        }
+      }
+      if (this.closer.signal.aborted) throw new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.ctx.sink}": closed`);
+      const pool = new pg.Pool({
+        ...this.clientOptions(),
+        ssl,
+        sslnegotiation: 'postgres',
+        max: this.cfg.poolSize,
+        idleTimeoutMillis: 30_000,
+        statement_timeout: this.cfg.statementTimeoutMs,
+      });
+      // An idle connection the server closed: the pool drops it; it must not end the process.
+      pool.on('error', (e) => this.ctx.log.debug({ sink: this.ctx.sink, error: this.redact.text(e.message) }, 'an idle PostgreSQL connection closed'));
+      this.pool = pool;
+      return pool;
+    })().finally(() => {
+      this.opening = null;
     });
-    // An idle connection the server closed: the pool drops it; it must not end the process.
-    pool.on('error', (e) => this.ctx.log.debug({ sink: this.ctx.sink, error: this.redact.text(e.message) }, 'an idle PostgreSQL connection closed'));
-    this.pool = pool;
-    return pool;
+    return this.opening;
+  }
+
+  /** A connection of the pool; with prefer or allow, a failed one drops the pool, so the next decides the transport again. */
+  private async connect(): Promise<pg.PoolClient> {
+    const pool = await this.getPool();
+    try {
+      return await pool.connect();
+    } catch (e) {
+      if (this.conn.tries.length > 1 && this.pool === pool) {
+        this.pool = null;
+        pool.end().catch(() => undefined);
+      }
+      throw e;
+    }
   }
 
   async ship(unit: Unit): Promise<ShipResult> {
@@ -211,7 +256,7 @@ export class PostgresShipper implements UnitShipper {
   }
 
   private async attempt(unit: Unit): Promise<ShipResult> {
-    const client = await this.getPool().connect();
+    const client = await this.connect();
     let broken: unknown;
     // The pool hears a client's 'error' only while it is idle. Checked out, a lost connection is
     // emitted on the client too (besides failing the statement in flight): unheard, it would end
@@ -418,7 +463,7 @@ export class PostgresShipper implements UnitShipper {
     if (opts.signal.aborted) throw new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.ctx.sink}": stopped before its unit records were read`);
     let client: pg.PoolClient | null = null;
     try {
-      client = await this.getPool().connect();
+      client = await this.connect();
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
       const there = (await client.query<{ wm: boolean; un: boolean }>('SELECT to_regclass($1) IS NOT NULL AS wm, to_regclass($2) IS NOT NULL AS un', [wm, un])).rows[0]!;
       if (there.un) {
@@ -494,14 +539,14 @@ export class PostgresShipper implements UnitShipper {
   /** Log in, run a read-only statement, and look at the privileges on the table; nothing written. @ref LLP 0036 */
   async check(opts: ConnectionCheckOptions): Promise<string> {
     const c = this.conn;
-    const client = new pg.Client(this.clientOptions());
-    // A connection lost after login is emitted as 'error' besides failing the query: heard here, not by the process.
-    client.on('error', () => undefined);
-    const stop = () => client.end().catch(() => undefined);
-    opts.signal.addEventListener('abort', stop, { once: true });
     const table = this.cfg.table ?? null;
+    let client: pg.Client | null = null;
+    const stop = () => client?.end().catch(() => undefined);
+    opts.signal.addEventListener('abort', stop, { once: true });
     try {
-      await client.connect();
+      const opened = await openClient(c, this.clientOptions(), opts.signal);
+      client = opened.client;
+      if (opts.signal.aborted) throw new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.ctx.sink}": the connection check was stopped`);
       const r = await client.query<{ who: string; v: string; can_create: boolean }>(
         "SELECT current_user AS who, current_setting('server_version') AS v, has_schema_privilege($1, 'CREATE') AS can_create",
         [this.cfg.schema],
@@ -536,7 +581,7 @@ export class PostgresShipper implements UnitShipper {
         what += `; table ${this.cfg.schema}.${table}: ${ok === null ? 'not there yet (created on the first export)' : 'INSERT and SELECT allowed'}`;
       }
       if (!row.can_create && table === null) what += '; the tables must exist before the first export';
-      return `${c.shown}: login accepted as ${row.who} (PostgreSQL ${row.v}); ${what}`;
+      return `${c.shown}: login accepted as ${row.who} (PostgreSQL ${row.v}); ${this.transportText(opened.transport)}; ${what}`;
     } catch (e) {
       if (e instanceof HypsinkError) throw e;
       throw toHypsinkError(e, { ...this.scope(table ?? '(dataset)'), table: table ? `${this.cfg.schema}.${table}` : `schema ${this.cfg.schema}` }, classify(e));
@@ -544,6 +589,21 @@ export class PostgresShipper implements UnitShipper {
       opts.signal.removeEventListener('abort', stop);
       await stop();
     }
+  }
+
+  /**
+   * What the check's connection ran over, as its socket says: encrypted or not, and
+   * whether the certificate and the host name were verified (both need TLS, and the
+   * mode to ask for them). @ref LLP 0064
+   */
+  private transportText(t: Transport): string {
+    const c = this.conn;
+    const mode = `sslmode ${c.sslMode}${c.sslFrom === 'the default' ? ', the default' : ''}${c.sslMode === 'require' && c.tlsCheck === 'ca' ? ' with config.ssl.ca, checked as verify-ca' : ''}`;
+    const why = t.after === null ? '' : `; ${t.ssl === false ? 'TLS' : 'a plain connection'} failed first: ${this.redact.text(t.after)}`;
+    if (!t.encrypted) return `not encrypted (${mode}${why}): certificate and host name not verified`;
+    const cert = c.tlsCheck !== 'none' && t.authorized ? 'certificate verified' : 'certificate not verified';
+    const name = c.tlsCheck === 'full' && t.authorized ? 'host name verified' : 'host name not verified';
+    return `encrypted (${t.protocol ?? 'TLS'}, ${mode}${why}): ${cert}, ${name}`;
   }
 
   async close(): Promise<void> {
