@@ -31,6 +31,8 @@ export interface IngestRequest {
   readonly headers?: Record<string, string>;
   /** Write the body in pieces and call `hold()` before the last piece (for in-flight tests). */
   readonly hold?: () => Promise<void>;
+  /** Give up (reject) when no answer came within this: a bound on correctness, not a speed figure. */
+  readonly timeoutMs?: number;
 }
 
 /** POST one batch with node:http (no client retries, every header under the test's control). */
@@ -45,7 +47,15 @@ export function ingest(baseUrl: string, r: IngestRequest): Promise<Reply> {
   // An explicit path: a URL string would be normalized ('..' segments resolved) before it is sent.
   const reqPath = `/v1/ingest/${encodeURIComponent(r.dataset ?? 'activity')}`;
   return new Promise((resolve, reject) => {
-    const opts = { host: base.hostname, port: base.port, path: reqPath, method: 'POST', headers, agent: false };
+    const opts = {
+      host: base.hostname,
+      port: base.port,
+      path: reqPath,
+      method: 'POST',
+      headers,
+      agent: false,
+      ...(r.timeoutMs !== undefined ? { signal: AbortSignal.timeout(r.timeoutMs) } : {}),
+    };
     const req = http.request(opts, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));

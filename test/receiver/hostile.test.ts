@@ -321,22 +321,7 @@ test('a repeated X-Hyp-Partition or X-Hyp-Batch-Id header is 400', async () => {
   });
 });
 
-test('the connection cap: past it a connection is closed at once; the ones within are served', async () => {
-  await withReceiver({ maxConnections: 4 }, async (r) => {
-    const idle = await Promise.all(
-      Array.from({ length: 4 }, () => new Promise<net.Socket>((res) => {
-        const s = net.connect(r.port, '127.0.0.1', () => res(s));
-        s.on('error', () => {});
-      })),
-    );
-    await new Promise((res) => setTimeout(res, 100));
-    const over = await raw(r.port, 'GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n', '', 5000);
-    assert.ok(over.closed && !over.text.includes('200'), `a fifth connection was served: ${over.text}`);
-    for (const s of idle) s.destroy();
-    await new Promise((res) => setTimeout(res, 100));
-    assert.equal(await health(r.url), 200);
-  });
-});
+// The connection caps (and when a connection past them is closed at once) are test/receiver/connections.test.ts's (LLP 0065).
 
 test('no auth configured refuses to start; bad option values are config errors naming the option', async () => {
   const { dir, cleanup } = await tempDir('rcv-config');
@@ -444,7 +429,15 @@ test('main.ts: no auth refuses to start (exit 2); --insecure-no-auth says so on 
     const none = await run([]);
     assert.equal(none.code, 2, none.stderr);
     assert.match(none.stderr, /no auth configured.*--insecure-no-auth/);
-    for (const [flag, v] of [['--max-inflight', 'abc'], ['--rate', 'abc'], ['--max-connections', '-1'], ['--header-timeout-ms', '1e3']]) {
+    for (const [flag, v] of [
+      ['--max-inflight', 'abc'],
+      ['--rate', 'abc'],
+      ['--max-connections', '-1'],
+      ['--header-timeout-ms', '1e3'],
+      ['--reserved-connections', 'x'],
+      ['--max-connections-per-address', '0'],
+      ['--keep-alive-timeout-ms', '5s'],
+    ]) {
       const x = await run(['--insecure-no-auth', `${flag}=${v}`]);
       assert.equal(x.code, 2, x.stderr);
       assert.ok(x.stderr.includes(`${flag} must be`), x.stderr);
