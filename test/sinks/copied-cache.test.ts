@@ -167,3 +167,24 @@ test('rows a hard cap pruned above a watermark before the fork stay counted afte
   }
   assert.deepEqual(await idsIn(lake), range(100, 4));
 });
+
+test('identity --copy with a fork seq above the reserved top: rows ingested after it still export', async () => {
+  // The README's in-place restore names N "the highest seq the original may hold": it may lie above
+  // what the restored cache ever reserved, and its own rows must not get seqs at or below it.
+  const lake = tempDir('hypsink-copy-lake-');
+  const a = await host(lake);
+  await ingestInto(a.config, 'h', 1, 3);
+  const { k } = await openKernel(a.config);
+  try {
+    const top = await k.cache.allocator.readReserved();
+    await k.identityCopy({ forkSeq: (top + 5000n).toString() });
+    await ingestText(k, 'h', eventLines(100, 4));
+    await k.export('archive');
+    const [p] = (await k.status()).sinks[0]!.partitions;
+    assert.equal(p!.exportedRows + p!.gapRows + p!.pendingRows, p!.committedRows, JSON.stringify(p));
+    assert.equal(p!.exportedRows, 4, JSON.stringify(p));
+  } finally {
+    await k.close();
+  }
+  assert.deepEqual(await idsIn(lake), range(100, 4));
+});
