@@ -1253,7 +1253,7 @@ export class Oracle {
           const owed = view.committed(p.source, sink.name as SinkName);
           this.overDelivery(when, where, p.source, delivered, this.mayHold(view, sink.name, p.source, owed), problems);
           if (refused) this.refusedPending(when, where, delivered, owed, p.gapRows + refused, problems);
-          else this.missing(when, where, delivered, owed, p.gapRows - base, reset, problems);
+          else this.missing(when, where, delivered, owed, p.gapRows - base, reset, problems, view.allowance(p.source, sink.name as SinkName));
         }
       }
     }
@@ -1262,7 +1262,9 @@ export class Oracle {
       const delivered = await this.central(source);
       const owed = this.owed(this.views[0]!, 'central', source);
       this.overDelivery(when, `central ${source}`, source, delivered, this.mayHold(this.views[0]!, 'central', source, owed), problems);
-      this.missing(when, `central ${source}`, delivered, owed, gap, false, problems);
+      const spare: Counts = new Map();
+      for (const v of this.views) for (const [id, n] of v.allowance(source, 'central')) bump(spare, id, n);
+      this.missing(when, `central ${source}`, delivered, owed, gap, false, problems, spare);
     }
     // Two sinks of a cache never disagree about a row both delivered (unless the one with fewer copies reports a gap).
     for (const view of this.views) {
@@ -1300,18 +1302,26 @@ export class Oracle {
     if (short.length > allowed) problems.add(when, `${where}: ${short.length} committed rows not delivered (first ${firstIds(short)}), more than its gap and refused pending rows (${allowed})`);
   }
 
-  /** delivered = owed − gap, exactly (for a reset sink: at most the gap short). */
-  private missing(when: string, where: string, delivered: Counts, owed: Counts, gap: number, reset: boolean, problems: Problems): void {
+  /**
+   * delivered = owed − gap, exactly (for a reset sink: at most the gap short).
+   * A row a sink may hold beyond what it owes (`spare`: a restored cache's lost
+   * history, rows left to the original) and owes again (the same row ingested
+   * anew) is one row twice: which of its copies arrived cannot be told, so the
+   * gap may count it either way.
+   */
+  private missing(when: string, where: string, delivered: Counts, owed: Counts, gap: number, reset: boolean, problems: Problems, spare?: Counts): void {
     const short: number[] = [];
     let deficit = 0;
+    let most = 0;
     for (const [id, n] of owed) {
       const d = delivered.get(id) ?? 0;
       if (d < n) {
         deficit += n - d;
         short.push(id);
       }
+      most += Math.max(0, n - Math.max(0, d - (spare?.get(id) ?? 0)));
     }
-    if (reset ? deficit > gap : deficit !== gap) {
+    if (reset ? deficit > gap : gap < deficit || gap > most) {
       const what = reset ? 'rows in the cache at its reset or committed since' : this.views.length > 1 && where.startsWith('central') ? 'rows committed by the caches' : 'committed rows';
       problems.add(when, `${where}: ${deficit} ${what} not delivered (first ${firstIds(short)}), gap reported ${gap}`);
     }

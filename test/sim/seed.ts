@@ -23,7 +23,7 @@
  * step and after the clean run, and then every held unit's recorded digest.
  * @ref LLP 0043, LLP 0062
  */
-import { promises as fsp } from 'node:fs';
+import { existsSync, promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -951,8 +951,10 @@ class Scenario {
     await this.worker.release();
     const tick = await this.oracle.observe(a);
     const backup = join(dirname(a.dir), 'backup');
-    for (const part of ['cache', 'state']) await fsp.cp(join(a.dir, part), join(backup, part), { recursive: true });
-    this.note(`back up cache a's cache/ and state/ (reserved top ${fork})`);
+    // No state yet when no sink ever exported: the backup holds none, and the restore leaves none.
+    const parts = (['cache', 'state'] as const).filter((part) => existsSync(join(a.dir, part)));
+    for (const part of parts) await fsp.cp(join(a.dir, part), join(backup, part), { recursive: true });
+    this.note(`back up cache a's ${parts.join('/ and ')}/ (reserved top ${fork})`);
     await this.switchTo(a);
     // The original goes on: rows in one batch, exported to no sink (moved), some (copy) or every sink (in place).
     const n = this.int(2, 30);
@@ -967,7 +969,8 @@ class Scenario {
     for (const sink of after) await this.worker.send({ op: 'export', sink });
     await this.worker.release();
     await this.oracle.observe(a);
-    for (const part of ['cache', 'state']) {
+    if (!parts.includes('state')) await fsp.rm(join(a.dir, 'state'), { recursive: true, force: true });
+    for (const part of parts) {
       const to = join(a.dir, part);
       if (how === 'inplace') {
         // Into the same folder: its inode stays, and with it the home the cache recorded.
