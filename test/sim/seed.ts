@@ -19,8 +19,11 @@
  * one-cache seeds the cache's root is copied to a second host that ingests rows
  * of its own and exports to the same destinations, seen (refused until
  * `identity --copy`) or unseen (its colliding units refused by the
- * destinations, never counted). The oracle (harness.ts) checks after every
- * step and after the clean run, and then every held unit's recorded digest.
+ * destinations, never counted). In a few others the root is restored from an
+ * older backup at the same path (by copying, seen; or in place, unseen) and
+ * goes on as the README says (`identity --moved` or `--copy --fork-seq`). The
+ * oracle (harness.ts) checks after every step and after the clean run, and
+ * then every held unit's recorded digest.
  * @ref LLP 0043, LLP 0062
  */
 import { existsSync, promises as fsp } from 'node:fs';
