@@ -163,6 +163,8 @@ export class Cache {
   async renew(forkSeq: string): Promise<{ from: string; to: string }> {
     const from = this.id;
     const to = randomUUID();
+    // Every seq this cache stamps from now on lies above the fork, even a fork above its own reservation.
+    await this.writer.with('identity', () => this.allocator.reserveThrough(BigInt(forkSeq)));
     const copiedFrom = { id: from, forkSeq, at: new Date().toISOString() };
     await writeJsonAtomic(join(this.root, 'cache.json'), { v: 1, id: to, copiedFrom } satisfies CacheFile);
     await settleHome(this.root);

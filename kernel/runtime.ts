@@ -613,7 +613,8 @@ export interface IdentityCopyReport {
 
 /**
  * Move one sink's watermark of `p` up to the fork: the rows between are the
- * original's, counted in `baseRows`. Its chain under the new identity starts
+ * original's, counted in `baseRows` (with those a hard cap pruned between, not
+ * yet counted as this sink's gap: else they fell out of its status). Its chain under the new identity starts
  * at the higher of the two (`handedOver`), and no unit of the new identity has
  * shipped yet (`shippedUntil` null: a destination keeping its own watermark
  * per writer, Postgres, finds none). An open unit at or below the fork is the
@@ -636,7 +637,11 @@ async function handOver(cache: Cache, state: SinkState, p: PartitionRef, fork: s
     );
   }
   const above = w >= BigInt(fork);
-  const rows = above ? 0 : await cache.storage.countRowsSince(p, { since: rec.continuation, until: { v: 1, seq: fork } });
+  const top = BigInt(fork);
+  // Rows a hard cap pruned above the watermark were still to be counted as this sink's gap; at or
+  // below the fork they are the original's history too: left with the rows still there.
+  const pruned = above ? 0 : (await forcedAbove(cache.store(p), w)).reduce((n, [lo, hi]) => (lo > top ? n : n + Number((hi < top ? hi : top) - lo + 1n)), 0);
+  const rows = above ? 0 : pruned + (await cache.storage.countRowsSince(p, { since: rec.continuation, until: { v: 1, seq: fork } }));
   const to = above ? rec.continuation! : { v: 1 as const, seq: fork };
   await state.watermarks.write(p, rec, {
     ...rec,

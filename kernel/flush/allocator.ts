@@ -106,6 +106,24 @@ export class SeqAllocator {
   }
 
   /**
+   * Mark every seq up to `seq` as handed out, so the next block starts above
+   * it (`identity --copy --fork-seq N` with N above this cache's reservation:
+   * the seqs up to N are the original's, and a row of this cache stamped at
+   * or below N would sit under its watermarks, never exported). Caller holds
+   * the cache writer lock. A reservation already above `seq` stays. @ref LLP 0055
+   */
+  reserveThrough(seq: bigint): Promise<void> {
+    return this.mutex.run('alloc', async () => {
+      if ((await this.readReserved()) >= seq) return;
+      await this.guard?.assertHeld(`reserving seqs through ${seq} in ${this.path}`);
+      await writeJsonAtomic(this.path, { v: 1, reservedThrough: seq.toString() } satisfies AllocatorFile);
+      // The block in hand (if any) lies below: the next allocation starts above the new end.
+      this.next = 0n;
+      this.end = -1n;
+    });
+  }
+
+  /**
    * The reservation on disk. It may be read outside the allocator's section (a
    * batch record takes it as its `maxSeq`), so it is checked against what was
    * handed out before the read began: a reservation landing during the read

@@ -607,6 +607,11 @@ export class WatermarkWatch {
   private marks = new Map<string, bigint>();
   constructor(private readonly stateDir: string) {}
 
+  /** The state dir was restored from a backup: its records went back with it. */
+  reset(): void {
+    this.marks.clear();
+  }
+
   /** A reset sink starts over: its records may go back or disappear. */
   forget(sink: string): void {
     const dir = `${join(this.stateDir, 'sinks', encodeSegment(sink))}/`;
@@ -721,6 +726,22 @@ export class CacheView {
   readonly baseGap = new Map<string, number>();
   /** A copy's rejected count right after `identity --copy`, per sink and source: kept in the dead letter under the original's id. */
   readonly baseRejected = new Map<string, number>();
+  /**
+   * Rows of a history a restore from a backup threw away (committed by the
+   * original after the backup was taken, not in the backup), per source: the
+   * original may have delivered each, so a destination may hold it as often
+   * as it was committed then; this cache owes none of them. @ref LLP 0062
+   */
+  readonly lost = new Map<string, Counts>();
+  /**
+   * Seqs a sink of a restored backup left to the original at `identity --copy`
+   * (above its watermark, at or below the fork), per sink and source: the
+   * original exported them after the backup, or nobody will (the README's
+   * rule); held at most once, not owed. @ref LLP 0055, LLP 0062
+   */
+  readonly left = new Map<string, Set<string>>();
+  /** The ids this cache had before `identity --copy`: the pg dead letter keeps its earlier refusals under them. */
+  readonly formerWriters: string[] = [];
 
   constructor(
     readonly name: string,
@@ -749,7 +770,38 @@ export class CacheView {
 
   /** The cache was given a new id (`identity --copy`): read it again. */
   forgetWriter(): void {
+    if (this.writerId !== undefined) this.formerWriters.push(this.writerId);
     this.writerId = undefined;
+  }
+
+  /**
+   * The root was restored from a backup taken at observation `tick`: rows first
+   * seen after it are the lost history's (their seqs are handed out again).
+   */
+  rewind(tick: number): void {
+    for (const [source, seen] of this.parts) {
+      let lost = this.lost.get(source);
+      for (const [seq, e] of seen.seqs) {
+        if (e.tick <= tick) continue;
+        seen.seqs.delete(seq);
+        seen.present.delete(seq);
+        if (!lost) {
+          lost = new Map();
+          this.lost.set(source, lost);
+        }
+        bump(lost, e.id);
+      }
+    }
+    this.watch.reset();
+  }
+
+  /** What a sink may hold of a partition beyond what it owes: the lost history's rows, and those it left to the original. */
+  allowance(source: string, sink: SinkName): Counts {
+    const out: Counts = new Map(this.lost.get(source) ?? []);
+    const left = this.left.get(`${sink}\0${source}`);
+    const seqs = this.parts.get(source)?.seqs;
+    if (left && seqs) for (const seq of left) if (seqs.has(seq)) bump(out, seqs.get(seq)!.id);
+    return out;
   }
 
   partitionDir(source: string): string {
@@ -809,8 +861,9 @@ export class CacheView {
     const reset = sink ? this.resets.get(sink) : undefined;
     const atReset = reset?.present.get(source);
     const inherited = this.inherited?.get(source);
+    const left = sink ? this.left.get(`${sink}\0${source}`) : undefined;
     for (const [seq, { id, tick }] of seen.seqs) {
-      if (inherited?.has(seq)) continue;
+      if (inherited?.has(seq) || left?.has(seq)) continue;
       if (reset && !(atReset?.has(seq) || tick > reset.tick)) continue;
       bump(out, id);
     }
@@ -1046,6 +1099,8 @@ export class Oracle {
     for (const r of rows) if (mine.has(r.id)) bump(delivered, r.id);
     // A twin (the original's id still) reads the original's dead letter too: only its own ids are its.
     for (const r of rejected) if (!view.twin || mine.has(r.id)) bump(delivered, r.id);
+    // Rows refused before `identity --copy` stay in the dead letter under the id the cache had then.
+    for (const w of view.formerWriters) if (w !== writer) for (const r of await pgRejected(this.world, w, source)) if (mine.has(r.id)) bump(delivered, r.id);
     return { rows, rejected, writer, delivered };
   }
 
@@ -1079,11 +1134,18 @@ export class Oracle {
     if (bad) problems.add(when, `${where}: ${bad}`, `${where} watermark row`);
   }
 
-  /** What a sink may hold of a partition: committed, by this cache (central: by every cache of the scenario). */
+  /** What a sink owes of a partition: committed, by this cache (central: by every cache of the scenario). */
   private owed(view: CacheView, sink: string, source: string): Counts {
     if (sink !== 'central') return view.committed(source, sink as SinkName);
     const out: Counts = new Map();
-    for (const v of this.views) for (const [id, n] of v.committed(source)) bump(out, id, n);
+    for (const v of this.views) for (const [id, n] of v.committed(source, 'central')) bump(out, id, n);
+    return out;
+  }
+
+  /** What a sink may hold of a partition: what it owes, and the rows of a restored cache's lost history or left to its original. */
+  private mayHold(view: CacheView, sink: string, source: string, owed = this.owed(view, sink, source)): Counts {
+    const out: Counts = new Map(owed);
+    for (const v of sink === 'central' ? this.views : [view]) for (const [id, n] of v.allowance(source, sink as SinkName)) bump(out, id, n);
     return out;
   }
 
@@ -1119,7 +1181,9 @@ export class Oracle {
       }
       if (!final) continue;
       const lost: number[] = [];
-      for (const [id, c] of sent) if ((committed.get(id) ?? 0) < c.acked) lost.push(id);
+      // A row of a history a restore threw away was committed there.
+      const gone = view.lost.get(source);
+      for (const [id, c] of sent) if ((committed.get(id) ?? 0) + (gone?.get(id) ?? 0) < c.acked) lost.push(id);
       if (lost.length) problems.add(when, `${tag}${source}: ${lost.length} acknowledged rows never committed (first ${firstIds(lost)})`);
     }
   }
@@ -1145,7 +1209,7 @@ export class Oracle {
           const rows = await this.iceNow(when, view, problems);
           d = rows ? this.iceDelivered(view, p.source, rows) : new Map();
         } else d = await this.delivered(view, sink.name, p.source);
-        this.overDelivery(when, sink.name === 'central' ? `central ${p.source}` : where, p.source, d, this.owed(view, sink.name, p.source), problems);
+        this.overDelivery(when, sink.name === 'central' ? `central ${p.source}` : where, p.source, d, this.mayHold(view, sink.name, p.source), problems);
       }
     }
   }
@@ -1187,9 +1251,9 @@ export class Oracle {
           perView.push({ view, sink: sink.name, source: p.source, delivered, gap: p.gapRows, reset });
           if (sink.name === 'central') continue;
           const owed = view.committed(p.source, sink.name as SinkName);
-          this.overDelivery(when, where, p.source, delivered, owed, problems);
+          this.overDelivery(when, where, p.source, delivered, this.mayHold(view, sink.name, p.source, owed), problems);
           if (refused) this.refusedPending(when, where, delivered, owed, p.gapRows + refused, problems);
-          else this.missing(when, where, delivered, owed, p.gapRows - base, reset, problems);
+          else this.missing(when, where, delivered, owed, p.gapRows - base, reset, problems, view.allowance(p.source, sink.name as SinkName));
         }
       }
     }
@@ -1197,13 +1261,18 @@ export class Oracle {
     for (const [source, gap] of centralGap) {
       const delivered = await this.central(source);
       const owed = this.owed(this.views[0]!, 'central', source);
-      this.overDelivery(when, `central ${source}`, source, delivered, owed, problems);
-      this.missing(when, `central ${source}`, delivered, owed, gap, false, problems);
+      this.overDelivery(when, `central ${source}`, source, delivered, this.mayHold(this.views[0]!, 'central', source, owed), problems);
+      const spare: Counts = new Map();
+      for (const v of this.views) for (const [id, n] of v.allowance(source, 'central')) bump(spare, id, n);
+      this.missing(when, `central ${source}`, delivered, owed, gap, false, problems, spare);
     }
     // Two sinks of a cache never disagree about a row both delivered (unless the one with fewer copies reports a gap).
     for (const view of this.views) {
       for (const source of view.sources) {
         const mine = perView.filter((x) => x.view === view && x.source === source);
+        // A row committed in a history a restore threw away may be at one destination from then, not another;
+        // so may a row one sink left to the original at `identity --copy` (the original exported it, or nobody will).
+        const spare = new Map(mine.map((x) => [x.sink, view.allowance(source, x.sink as SinkName)]));
         for (let a = 0; a < mine.length; a++) {
           for (let b = a + 1; b < mine.length; b++) {
             const x = mine[a]!;
@@ -1211,7 +1280,7 @@ export class Oracle {
             const differ: string[] = [];
             for (const [id, n] of x.delivered) {
               const m = y.delivered.get(id) ?? 0;
-              if (m === 0 || m === n) continue;
+              if (m === 0 || m === n || spare.get(x.sink)?.has(id) || spare.get(y.sink)?.has(id)) continue;
               const fewer = n < m ? x : y;
               if (fewer.gap > 0 || fewer.reset) continue;
               differ.push(`${id} (${n}× vs ${m}×)`);
@@ -1233,18 +1302,26 @@ export class Oracle {
     if (short.length > allowed) problems.add(when, `${where}: ${short.length} committed rows not delivered (first ${firstIds(short)}), more than its gap and refused pending rows (${allowed})`);
   }
 
-  /** delivered = owed − gap, exactly (for a reset sink: at most the gap short). */
-  private missing(when: string, where: string, delivered: Counts, owed: Counts, gap: number, reset: boolean, problems: Problems): void {
+  /**
+   * delivered = owed − gap, exactly (for a reset sink: at most the gap short).
+   * A row a sink may hold beyond what it owes (`spare`: a restored cache's lost
+   * history, rows left to the original) and owes again (the same row ingested
+   * anew) is one row twice: which of its copies arrived cannot be told, so the
+   * gap may count it either way.
+   */
+  private missing(when: string, where: string, delivered: Counts, owed: Counts, gap: number, reset: boolean, problems: Problems, spare?: Counts): void {
     const short: number[] = [];
     let deficit = 0;
+    let most = 0;
     for (const [id, n] of owed) {
       const d = delivered.get(id) ?? 0;
       if (d < n) {
         deficit += n - d;
         short.push(id);
       }
+      most += Math.max(0, n - Math.max(0, d - (spare?.get(id) ?? 0)));
     }
-    if (reset ? deficit > gap : deficit !== gap) {
+    if (reset ? deficit > gap : gap < deficit || gap > most) {
       const what = reset ? 'rows in the cache at its reset or committed since' : this.views.length > 1 && where.startsWith('central') ? 'rows committed by the caches' : 'committed rows';
       problems.add(when, `${where}: ${deficit} ${what} not delivered (first ${firstIds(short)}), gap reported ${gap}`);
     }

@@ -19,11 +19,14 @@
  * one-cache seeds the cache's root is copied to a second host that ingests rows
  * of its own and exports to the same destinations, seen (refused until
  * `identity --copy`) or unseen (its colliding units refused by the
- * destinations, never counted). The oracle (harness.ts) checks after every
- * step and after the clean run, and then every held unit's recorded digest.
+ * destinations, never counted). In a few others the root is restored from an
+ * older backup at the same path (by copying, seen; or in place, unseen) and
+ * goes on as the README says (`identity --moved` or `--copy --fork-seq`). The
+ * oracle (harness.ts) checks after every step and after the clean run, and
+ * then every held unit's recorded digest.
  * @ref LLP 0043, LLP 0062
  */
-import { promises as fsp } from 'node:fs';
+import { existsSync, promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -898,6 +901,131 @@ class Scenario {
     return { op: 'export', sink: this.pick(a.sinks) };
   }
 
+  /** A fresh status of the open cache (also kept as the last). */
+  private async statusNow(): Promise<(StatusFacts & { copy?: string | null }) | undefined> {
+    const st = await this.worker.send({ op: 'status' });
+    const status = ok(st) ? (st as { status?: StatusFacts & { copy?: string | null } }).status : undefined;
+    if (status) this.last = status;
+    return status;
+  }
+
+  /**
+   * A backup of this cache, the original going on, then the root restored from
+   * the backup at the same path. The backup holds `cache/` and `state/` both
+   * (the folder `cache.root` and `state.dir` are in: a backup of the host's
+   * hypsink folder; a cache restored without the state it was exported with
+   * would start every sink over), taken with hypsink stopped, and some sinks
+   * have rows pending in it. Then, as the README says:
+   * - `moved`: the original exported nothing after the backup; restored by
+   *   copying (a new folder, a new inode), so seen: every export refused until
+   *   `identity --moved`, then the backup's pending rows and new ones export;
+   * - `copy`: the original exported some sinks after the backup; restored by
+   *   copying, seen, refused until `identity --copy --fork-seq <the backup's
+   *   reserved top>`; the rows each sink had pending in the backup are left to
+   *   the original (held at most once, not owed);
+   * - `inplace`: the original exported every sink after the backup; the backup
+   *   copied into the same folder (its inode kept): hypsink cannot see it. The
+   *   restored cache ingests rows in the original's shapes (the same seqs, so
+   *   the same unit labels) and exports: a label held with other rows must be
+   *   refused (HYPSINK_ERR_CONFLICT), never counted as delivered; then the
+   *   operator runs `identity --copy --fork-seq`.
+   * Rows the original committed after the backup are the lost history's: a
+   * destination may hold each at most once, no sink owes them. Every row the
+   * restored cache ingests is delivered exactly once. @ref LLP 0055, LLP 0062
+   */
+  async episodeRestore(): Promise<WorkerOp | undefined> {
+    const a = this.cur;
+    if (this.views.length > 1 || this.move || this.damage || this.absent || a.dest.files.also.length || a.dest.lake.also.length) return undefined;
+    // From the seed's number, so the CI's restore seeds spread evenly over the three.
+    const how = (['moved', 'copy', 'inplace'] as const)[(Math.imul(this.seed, 0x85ebca6b) >>> 16) % 3]!;
+    const source = this.pick(a.sources);
+    this.setLimit(undefined);
+    // The backup holds rows some sinks exported and some still pending.
+    await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(this.int(2, 30)))], false);
+    const before = a.sinks.filter(() => this.chance(0.6));
+    this.note(`export ${before.join(', ') || 'nothing'}`);
+    for (const sink of before) await this.worker.send({ op: 'export', sink });
+    await this.flushFirst();
+    const res = await this.worker.send({ op: 'reserved' });
+    const fork = (res as { reserved?: string }).reserved;
+    if (!ok(res) || fork === undefined) return undefined;
+    await this.statusNow();
+    this.copyPending = new Map((this.last?.sinks ?? []).flatMap((x) => x.partitions.map((p) => [`${x.name}\0${p.source}`, p.pendingRows] as const)));
+    await this.worker.release();
+    const tick = await this.oracle.observe(a);
+    const backup = join(dirname(a.dir), 'backup');
+    // No state yet when no sink ever exported: the backup holds none, and the restore leaves none.
+    const parts = (['cache', 'state'] as const).filter((part) => existsSync(join(a.dir, part)));
+    for (const part of parts) await fsp.cp(join(a.dir, part), join(backup, part), { recursive: true });
+    this.note(`back up cache a's ${parts.join('/ and ')}/ (reserved top ${fork})`);
+    await this.switchTo(a);
+    // The original goes on: rows in one batch, exported to no sink (moved), some (copy) or every sink (in place).
+    const n = this.int(2, 30);
+    await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(n))], false);
+    let after: SinkName[] = [];
+    if (how === 'inplace') after = [...a.sinks];
+    else if (how === 'copy') {
+      after = a.sinks.filter(() => this.chance(0.6));
+      if (!after.length) after = [this.pick(a.sinks)];
+    }
+    this.note(`the original exports ${after.join(', ') || 'nothing'} after the backup`);
+    for (const sink of after) await this.worker.send({ op: 'export', sink });
+    await this.worker.release();
+    await this.oracle.observe(a);
+    if (!parts.includes('state')) await fsp.rm(join(a.dir, 'state'), { recursive: true, force: true });
+    for (const part of parts) {
+      const to = join(a.dir, part);
+      if (how === 'inplace') {
+        // Into the same folder: its inode stays, and with it the home the cache recorded.
+        for (const e of await fsp.readdir(to)) await fsp.rm(join(to, e), { recursive: true, force: true });
+        await fsp.cp(join(backup, part), to, { recursive: true });
+      } else {
+        // Copied out first, then put in place: a new folder (a restore tool's temp dir), never the freed inode again.
+        await fsp.cp(join(backup, part), `${to}.restoring`, { recursive: true });
+        await fsp.rm(to, { recursive: true, force: true });
+        await fsp.rename(`${to}.restoring`, to);
+      }
+    }
+    await fsp.rm(backup, { recursive: true, force: true });
+    a.rewind(tick);
+    this.note(`restore cache a from the backup ${how === 'inplace' ? 'in place (same folder)' : 'by copying (a new folder at the same path)'}`);
+    await this.switchTo(a);
+    await this.oracle.observe(a);
+    const seen = await this.statusNow();
+    if (how !== 'inplace' && seen && !seen.copy) this.problems.add(this.label, 'a cache restored by copying (a new folder at the same path) is not seen as a copy: status shows no evidence');
+    if (how === 'moved') {
+      await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(this.int(2, 30)))], false);
+      await this.exportCopy(source, true);
+      this.expect('identity --moved', await this.worker.send({ op: 'identity', mode: 'moved' }), false);
+      this.note('identity --moved (the original exported nothing after the backup)');
+      return { op: 'export', sink: this.pick(a.sinks) };
+    }
+    if (how === 'copy') {
+      await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(this.int(2, 30)))], false);
+      await this.exportCopy(source, true);
+    } else {
+      // The original's shapes: the same seqs, so the same unit labels, with other rows.
+      await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(n))], false);
+      await this.exportCopy(source, false);
+    }
+    // What each sink has pending at or below the fork is left to the original (handed over).
+    const st = await this.statusNow();
+    const left = new Map<string, Set<string>>();
+    for (const x of st?.sinks ?? []) {
+      for (const p of x.partitions) {
+        const w = p.watermark ? BigInt(p.watermark) : -1n;
+        const seqs = [...(a.parts.get(p.source)?.seqs.keys() ?? [])].filter((q) => /^\d+$/.test(q) && BigInt(q) > w && BigInt(q) <= BigInt(fork));
+        left.set(`${x.name}\0${p.source}`, new Set(seqs));
+      }
+    }
+    if (!(await this.identityCopy(fork, false))) return undefined;
+    for (const [k, v] of left) a.left.set(k, v);
+    // Its gap is still its own: the rows pruned before the backup were this cache's, not another's.
+    a.baseGap.clear();
+    await this.send([this.ledger.batch(a.name, source, this.ledger.fresh(this.int(2, 30)))], false);
+    return { op: 'export', sink: this.pick(a.sinks) };
+  }
+
   // ---- the run --------------------------------------------------------------
 
   async scheduled(): Promise<void> {
@@ -1036,8 +1164,12 @@ class Scenario {
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentIce());
     if (this.chance(0.35)) planned.push(() => this.episodePg());
     if (this.chance(0.25)) planned.push(() => this.episodeIce());
-    // A copied cache in a few one-cache seeds (each costs a second cache's exports); SIM_EPISODE=clone forces it.
-    if (!two && (process.env.SIM_EPISODE === 'clone' || this.chance(0.07))) planned.push(() => this.episodeClone());
+    // A restored backup in a few one-cache seeds, chosen by the seed's number (not its random stream: the
+    // other seeds run as they did); SIM_EPISODE=restore forces it. A copied cache in a few others
+    // (each costs a second cache's exports); SIM_EPISODE=clone forces it.
+    const restore = !two && (process.env.SIM_EPISODE === 'restore' || (process.env.SIM_EPISODE !== 'clone' && restoreSeed(this.seed)));
+    if (restore) planned.push(() => this.episodeRestore());
+    else if (!two && (process.env.SIM_EPISODE === 'clone' || this.chance(0.07))) planned.push(() => this.episodeClone());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
     const plan = new Map<number, () => Promise<WorkerOp | undefined>>();
@@ -1116,6 +1248,11 @@ class Scenario {
     );
     for (const u of this.worker.takeUnexpected()) this.problems.add(label, u);
   }
+}
+
+/** About one seed in 16 restores a backup: a hash of its number, so the seeds that do not run as before. */
+function restoreSeed(seed: number): boolean {
+  return Math.imul(seed, 0x9e3779b1) >>> 28 === 5;
 }
 
 function describe(op: WorkerOp): string {

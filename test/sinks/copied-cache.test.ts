@@ -141,3 +141,50 @@ test('identity --copy on a cache with no evidence asks for the fork seq instead 
   assert.equal(r.code, 2, r.out + r.err);
   assert.match(r.err, /no evidence of being a copy.*--fork-seq N/s);
 });
+
+test('rows a hard cap pruned above a watermark before the fork stay counted after identity --copy (a restored backup found it)', async () => {
+  // The simulation's restore episode, seed 2 (SIM_EPISODE=restore): the forced prune's rows vanished
+  // from the status of a sink that had not exported them, once --copy moved its watermark to the fork.
+  const lake = tempDir('hypsink-copy-lake-');
+  const a = await host(lake);
+  await ingestInto(a.config, 'h', 1, 6);
+  await ingestInto(a.config, 'h', 7, 6);
+  const { k } = await openKernel(a.config);
+  try {
+    await k.retention({ hardMaxRows: 6, ackCoupled: false });
+    const [before] = (await k.status()).sinks[0]!.partitions;
+    assert.ok(before!.gapRows > 0, `the hard cap pruned rows ahead of the sink: ${JSON.stringify(before)}`);
+    const fork = (await k.cache.allocator.readReserved()).toString();
+    await k.identityCopy({ forkSeq: fork });
+    await ingestText(k, 'h', eventLines(100, 4));
+    await k.export('archive');
+    const [p] = (await k.status()).sinks[0]!.partitions;
+    assert.equal(p!.exportedRows + p!.gapRows + p!.pendingRows, p!.committedRows, JSON.stringify(p));
+    assert.equal(p!.exportedRows, 4, JSON.stringify(p));
+    assert.equal(p!.pendingRows, 0, JSON.stringify(p));
+  } finally {
+    await k.close();
+  }
+  assert.deepEqual(await idsIn(lake), range(100, 4));
+});
+
+test('identity --copy with a fork seq above the reserved top: rows ingested after it still export', async () => {
+  // The README's in-place restore names N "the highest seq the original may hold": it may lie above
+  // what the restored cache ever reserved, and its own rows must not get seqs at or below it.
+  const lake = tempDir('hypsink-copy-lake-');
+  const a = await host(lake);
+  await ingestInto(a.config, 'h', 1, 3);
+  const { k } = await openKernel(a.config);
+  try {
+    const top = await k.cache.allocator.readReserved();
+    await k.identityCopy({ forkSeq: (top + 5000n).toString() });
+    await ingestText(k, 'h', eventLines(100, 4));
+    await k.export('archive');
+    const [p] = (await k.status()).sinks[0]!.partitions;
+    assert.equal(p!.exportedRows + p!.gapRows + p!.pendingRows, p!.committedRows, JSON.stringify(p));
+    assert.equal(p!.exportedRows, 4, JSON.stringify(p));
+  } finally {
+    await k.close();
+  }
+  assert.deepEqual(await idsIn(lake), range(100, 4));
+});
