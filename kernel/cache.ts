@@ -135,8 +135,13 @@ export class Cache {
     const file = await cacheFile(opts.root);
     cache.id = file.id;
     cache.copiedFrom = file.copiedFrom ?? null;
-    // Before any seq is handed out: a copy's fork seq must not include rows of its own. @ref LLP 0055
-    cache.copied = await checkHome(opts.root, async () => (await cache.allocator.readReserved()).toString());
+    // Before any seq is handed out: a copy's fork seq must not include rows of its own. Rows the
+    // original spooled (acknowledged) but had not flushed are the original's: flushed first, so
+    // they land at or below the fork, not above it as the copy's (sim seed 103). @ref LLP 0055
+    cache.copied = await checkHome(opts.root, async () => {
+      await cache.flushAll();
+      return (await cache.allocator.readReserved()).toString();
+    });
     return cache;
   }
 

@@ -838,6 +838,23 @@ class Scenario {
   }
 
   /**
+   * A seen copy flushes what the original had spooled but not flushed before it
+   * takes its fork, so those rows sit at or below it: the original's, like the
+   * rows it had committed (sim seed 103). @ref LLP 0055
+   */
+  private async inheritThroughFork(c: CacheView): Promise<void> {
+    const file = JSON.parse(await fsp.readFile(join(c.dir, 'cache', 'cache.json'), 'utf8')) as { copiedFrom?: { forkSeq: string } };
+    const fork = BigInt(file.copiedFrom!.forkSeq);
+    await this.oracle.observe(c);
+    for (const [src, p] of c.parts) {
+      const set = c.inherited?.get(src) ?? new Set<string>();
+      for (const seq of p.seqs.keys()) if (BigInt(seq) <= fork) set.add(seq);
+      c.inherited ??= new Map();
+      c.inherited.set(src, set);
+    }
+  }
+
+  /**
    * A copy of this cache's whole root (cache + sink state) on a second host that
    * keeps ingesting rows of its own and exports to the same destinations. Seen
    * (another folder): every export refused until `identity --copy`. Unseen (a VM
@@ -879,7 +896,7 @@ class Scenario {
       this.note('copy cache a to c (another folder: a seen copy)');
       await this.send([this.ledger.batch(c.name, source, this.ledger.fresh(this.int(2, 30)))], false);
       await this.exportCopy(source, true);
-      await this.identityCopy(undefined, false);
+      if (await this.identityCopy(undefined, false)) await this.inheritThroughFork(c);
       return { op: 'export', sink: this.pick(c.sinks) };
     }
     this.expect('identity --moved', await this.worker.send({ op: 'identity', mode: 'moved' }), false);

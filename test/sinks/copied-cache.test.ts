@@ -188,3 +188,27 @@ test('identity --copy with a fork seq above the reserved top: rows ingested afte
   }
   assert.deepEqual(await idsIn(lake), range(100, 4));
 });
+
+test('rows the original had spooled but not flushed when it was copied are the original’s: each exported once, not once per copy (sim seed 103)', async () => {
+  const lake = tempDir('hypsink-copy-lake-');
+  const a = await host(lake);
+  await ingestInto(a.config, 'h', 1, 6);
+  assert.equal((await cli('export', '--config', a.config)).code, 0);
+  // Acknowledged rows still in a spool (an ingest killed before its flush): no seq yet.
+  const { k } = await openKernel(a.config);
+  try {
+    const ts = (id: number) => new Date(Date.UTC(2026, 0, 1) + id * 1000).toISOString();
+    await k.cache.appendRows({ dataset: 'events', id: 'left' }, ['id', 'ts', 'msg', 'source'], range(7, 5).map((id) => [id, ts(id), `m${id}`, 'h']));
+  } finally {
+    await k.close();
+  }
+  const bDir = tempDir('hypsink-copy-b-');
+  await fsp.cp(a.dir, bDir, { recursive: true });
+  const b = join(bDir, 'hypsink.config.json');
+  assert.equal((await cli('export', '--config', a.config)).code, 0);
+  assert.notEqual((await cli('export', '--config', b)).code, 0, 'the copy is seen and refused');
+  assert.equal((await cli('identity', '--copy', '--config', b)).code, 0);
+  await ingestInto(b, 'h', 101, 3);
+  assert.equal((await cli('export', '--config', b)).code, 0);
+  assert.deepEqual(await idsIn(lake), [...range(1, 11), 101, 102, 103]);
+});
