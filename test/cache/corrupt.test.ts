@@ -8,6 +8,7 @@ import { cpSync, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
 import type { Cache } from '../../kernel/cache.js';
+import { settleHome } from '../../kernel/identity.js';
 import { COLS, collect, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import { currentManifest } from './helpers.js';
@@ -40,10 +41,15 @@ describe('corrupt state files', () => {
     dataFile = join(WEB, `table-${generation}`, manifest.files[1]!.name);
   });
 
-  /** A private copy of the prepared cache. */
+  /**
+   * A private copy of the prepared cache, standing in for it (as after
+   * `identity --moved`): opened as the same cache, not as a suspected copy,
+   * whose first open would flush the spool before the damage is done.
+   */
   async function copy(): Promise<{ root: string; cache: Cache }> {
     const root = join(scratch, `c${++n}`);
     cpSync(base, root, { recursive: true });
+    await settleHome(root);
     return { root, cache: await openCache(root, { rowGroupRows: 10 }) };
   }
 
@@ -206,6 +212,25 @@ describe('corrupt state files', () => {
       await fsp.writeFile(join(root, 'spools/events/s1/meta.json'), '{"v":1,"nextSegment":');
       await assert.rejects(cache.flushTable(S1), corrupt('spools/events/s1/meta.json'));
     }
+  });
+
+  test('a suspected copy whose spool is damaged refuses to open, naming the file; nothing of the spool is committed', async () => {
+    // Its first open flushes the original's spooled rows below the fork (LLP 0055); it cannot guess past damage.
+    const root = join(scratch, `c${++n}`);
+    cpSync(base, root, { recursive: true });
+    await fsp.appendFile(join(root, 'spools/events/s1/current.ndjson'), '{"v":1,"cols":["id"],"rows":[[tor\n');
+    await assert.rejects(openCache(root, { rowGroupRows: 10 }), (e: { code?: string; message?: string }) => {
+      assert.equal(e.code, 'HYPSINK_ERR_CORRUPT');
+      assert.match(e.message ?? '', /spools\/events\/s1\/(current|seg-\d+)\.ndjson line 2/);
+      return true;
+    });
+    // Undamaged, the same copy opens and has flushed them at the fork.
+    const ok = join(scratch, `c${++n}`);
+    cpSync(base, ok, { recursive: true });
+    const cache = await openCache(ok, { rowGroupRows: 10 });
+    assert.ok(cache.copied, 'seen as a copy');
+    assert.equal((await read(cache)).length, 65);
+    assert.equal(BigInt(cache.copied.forkSeq) >= 65n, true, `fork ${cache.copied.forkSeq} covers the flushed rows`);
   });
 
   test('a torn tail of the current spool file (never acknowledged) is cut, not an error', async () => {
