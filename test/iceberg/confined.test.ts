@@ -16,12 +16,12 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, test } from 'node:test';
 import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import { resetFaultHits } from '../../kernel/fault.js';
 import { decodeManifestList } from '../../plugins/format-iceberg/src/avro.js';
 import { locationKey } from '../../plugins/format-iceberg/src/table.js';
 import { isHypsinkError } from '../../types/index.js';
 import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { rewriteManifest, rewriteManifestList, startConditionalS3 } from '../support/iceberg.js';
+import { throwingAt } from '../support/fault.js';
 import { localFs } from '../support/local-fs.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
@@ -101,19 +101,6 @@ async function exportRows(s: Setup, from: number, n: number) {
 }
 
 /** Run `fn` with the fault point armed to throw. */
-async function throwingAt<T>(point: string, fn: () => Promise<T>): Promise<T> {
-  process.env.HYPSINK_FAULT = point;
-  process.env.HYPSINK_FAULT_ACTION = 'throw';
-  resetFaultHits();
-  try {
-    return await fn();
-  } finally {
-    delete process.env.HYPSINK_FAULT;
-    delete process.env.HYPSINK_FAULT_ACTION;
-    resetFaultHits();
-  }
-}
-
 // ------------------------------------------------------------ the table's files, as the attacker reaches them
 
 interface Files {

@@ -13,11 +13,11 @@ import assert from 'node:assert/strict';
 import { cpSync, promises as fsp, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { resetFaultHits } from '../../kernel/fault.js';
 import { unitDigest } from '../../kernel/sinks/digest.js';
 import type { PartitionReport } from '../../kernel/sinks/driver.js';
 import { eventLines, ingestText, type Json, openKernel, sampleConfig, unseenCopy, writeConfig } from '../support/kernel.js';
 import { fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
+import { throwingAt } from '../support/fault.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
 
@@ -130,20 +130,6 @@ const summaries = (lake: string) => (headOf(lake).metadata.snapshots as { summar
 /** What the cache's rows of `web` in `(since, until]` digest to (since -1: the first unit). */
 function digestOf(h: Host, since: bigint, until: string): Promise<string> {
   return run(h.config, (k) => unitDigest(k.cache, k.cache.partition('events', 'web'), since, until));
-}
-
-/** Run `fn` with the fault point armed to throw (the operation fails right after that durable step). */
-async function throwingAt<T>(point: string, fn: () => Promise<T>): Promise<T> {
-  process.env.HYPSINK_FAULT = point;
-  process.env.HYPSINK_FAULT_ACTION = 'throw';
-  resetFaultHits();
-  try {
-    return await fn();
-  } finally {
-    delete process.env.HYPSINK_FAULT;
-    delete process.env.HYPSINK_FAULT_ACTION;
-    resetFaultHits();
-  }
 }
 
 test('a cloned cache: the copy ingests other rows under the same seqs, its unit (0,5] is refused as HYPSINK_ERR_CONFLICT, never called committed; the table holds the original rows once', async () => {

@@ -14,9 +14,9 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { S3Client } from '@aws-sdk/client-s3';
 import { parquetMetadata } from 'hyparquet';
-import { resetFaultHits } from '../../kernel/fault.js';
 import { eventLines, FIXTURE_PLUGINS, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { avroFilesOf, avroFilesOfS3, checkAvroFiles, fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
+import { throwingAt } from '../support/fault.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
 
@@ -302,20 +302,6 @@ test('a second process with this cache identity (a copied cache folder) is refus
   const { rows } = await readLocal(s);
   assertIds(rows, range(1, 10), 'after the twin');
 });
-
-/** Run `fn` with the fault point armed to throw (the operation fails right after that durable step). */
-async function throwingAt<T>(point: string, fn: () => Promise<T>): Promise<T> {
-  process.env.HYPSINK_FAULT = point;
-  process.env.HYPSINK_FAULT_ACTION = 'throw';
-  resetFaultHits();
-  try {
-    return await fn();
-  } finally {
-    delete process.env.HYPSINK_FAULT;
-    delete process.env.HYPSINK_FAULT_ACTION;
-    resetFaultHits();
-  }
-}
 
 test('maintain expires old snapshots but keeps the newest of every writer and partition (an open intent finds it); the table reads whole; no live file removed', async () => {
   const s = await setup({ writerConfig: { maxSnapshotAgeMs: 1, minSnapshotsToKeep: 1 } });

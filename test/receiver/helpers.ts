@@ -1,10 +1,13 @@
 /** Shared helpers for receiver and forward tests: a raw loopback client and a child-process receiver. */
+import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import * as http from 'node:http';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import { type ReceiverOptions, startReceiver } from '../../fixtures/receiver/server.js';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export const RECEIVER_MAIN = path.join(REPO, 'fixtures/receiver/main.ts');
@@ -167,4 +170,15 @@ export async function spawnReceiver(args: string[], env: Record<string, string> 
   const listening = await waitFor('listening');
   const port = Number(listening.port);
   return { child, port, url: `http://127.0.0.1:${port}`, lines, exited, waitFor, stderr: () => stderr };
+}
+
+/** Each option set is refused at start as HYPSINK_ERR_CONFIG with a message matching its pattern. */
+export async function refusesOptions(dataDir: string, bad: [Partial<ReceiverOptions>, RegExp][]): Promise<void> {
+  for (const [o, re] of bad) {
+    await assert.rejects(startReceiver({ port: 0, dataDir, insecureNoAuth: true, ...o }), (e: Error & { code?: string }) => {
+      assert.equal(e.code, 'HYPSINK_ERR_CONFIG');
+      assert.match(e.message, re);
+      return true;
+    });
+  }
 }
