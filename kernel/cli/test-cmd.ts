@@ -23,6 +23,12 @@ interface Flags {
   readonly expect?: string;
   readonly source: string;
   readonly json?: boolean;
+  readonly asExpected?: boolean;
+}
+
+/** The output in the expected file's form: per input row its row out, or its refusal; to review and keep as `--expect`. */
+function asExpected(s: SinkTest, refusedKey: string): string {
+  return s.outcomes.map((x) => JSON.stringify('row' in x ? x.row : { [refusedKey]: x.refused })).join('\n');
 }
 
 function sinkText(r: TestResult, s: SinkTest): string {
@@ -68,11 +74,17 @@ export function addTestCommand(program: Command, io: Out): void {
     .option('--expect <file>', `NDJSON, one entry per input row: the row expected out, or {"_hyp_refused": true} (or a part of the reason) for a row expected refused`)
     .option('--source <source>', 'the source the rows are read under, as "ingest --source"', 'test')
     .option('--json', 'print the result as JSON')
+    .option('--as-expected', 'print the output as an expected file: per input row the row out, or {"_hyp_refused": "<reason>"}; review it, then keep it for --expect')
     .option('--config <file>', 'config file')
     .action(async (o: Flags, cmd: Command) => {
+      if (o.asExpected && (o.json || o.expect !== undefined)) throw new HypsinkError('HYPSINK_ERR_USAGE', '--as-expected prints an expected file: give it without --json and --expect');
       const { config } = cmd.optsWithGlobals<{ config?: string }>();
-      const { runTest } = await import('./test-run.js');
-      const r = await runTest({ config, input: o.input, sink: o.sink, dataset: o.dataset, expect: o.expect, source: o.source });
+      const { REFUSED_KEY, runTest } = await import('./test-run.js');
+      const r = await runTest({ config, input: o.input, sink: o.sink, dataset: o.dataset, expect: o.expect, source: o.source, single: o.asExpected ? '--as-expected' : undefined });
+      if (o.asExpected) {
+        io.out(asExpected(r.sinks[0]!, REFUSED_KEY));
+        return;
+      }
       io.out(o.json ? json(r) : r.sinks.map((s) => sinkText(r, s)).join('\n'));
       const failed = r.sinks.find((s) => s.differences.length > 0);
       if (failed) {

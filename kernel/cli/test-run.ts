@@ -39,6 +39,8 @@ export interface TestOptions {
   readonly dataset?: string;
   readonly expect?: string;
   readonly source: string;
+  /** A flag that needs one sink's output (`--as-expected`); `--expect` does too. */
+  readonly single?: string;
 }
 
 /** One input row's fate: shipped as `row`, or refused with the reason the dead letter keeps. */
@@ -157,8 +159,9 @@ function choose(loaded: LoadedConfig, o: TestOptions): { dataset: string; sinks:
         : `no sink with transforms exports dataset "${dataset}" (those with transforms: ${pool.map(([n]) => n).join(', ')})`,
     );
   }
-  if (o.expect !== undefined && sinks.length > 1) {
-    throw new HypsinkError('HYPSINK_ERR_USAGE', `--expect compares one sink's output, and ${sinks.length} sinks run here (${sinks.map(([n]) => n).join(', ')}): name one with --sink`);
+  const single = o.expect !== undefined ? '--expect compares' : o.single !== undefined ? `${o.single} prints` : null;
+  if (single && sinks.length > 1) {
+    throw new HypsinkError('HYPSINK_ERR_USAGE', `${single} one sink's output, and ${sinks.length} sinks run here (${sinks.map(([n]) => n).join(', ')}): name one with --sink`);
   }
   return { dataset, sinks };
 }

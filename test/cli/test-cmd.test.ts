@@ -167,6 +167,18 @@ test('an expected file that matches exits 0; one that differs exits 1 naming the
   assert.equal(ok.code, 0, ok.out + ok.err);
   assert.match(ok.out, new RegExp(`matches ${good.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(4 row\\(s\\)\\)`));
 
+  // --as-expected prints an expected file of the output as it is: kept as is, it matches.
+  const snap = await cli('test', '--sink', 'lake', '--input', input, '--as-expected', '--config', config);
+  assert.equal(snap.code, 0, snap.err);
+  assert.deepEqual(
+    snap.out.trim().split('\n').map((l) => JSON.parse(l)),
+    [LAKE_OUT[0], LAKE_OUT[1], { _hyp_refused: REFUSAL }, LAKE_OUT[2]],
+  );
+  const kept = join(dir, 'kept.ndjson');
+  await fsp.writeFile(kept, snap.out);
+  const again = await cli('test', '--sink', 'lake', '--input', input, '--expect', kept, '--config', config);
+  assert.equal(again.code, 0, again.out + again.err);
+
   const bad = join(dir, 'bad.ndjson');
   await fsp.writeFile(
     bad,
