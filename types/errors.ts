@@ -25,6 +25,11 @@ export const ERROR_CODES = {
     exit: 1,
     hint: 'Each finding names the object: a hole or another row count means the destination lost or changed rows (restore that object from a backup); an overlap or a unit beyond the watermark is an object too many (move it aside). Then run verify again.',
   },
+  /** `hypsink test` found a sink's output at odds with the expected file. @ref LLP 0071 */
+  HYPSINK_ERR_TEST: {
+    exit: 1,
+    hint: 'Each difference names the row, its input and expected lines, the field, expected and got: fix the transforms, or the expected file if the new output is right; then run the test again.',
+  },
   /** Permission or read-only: permanent, exit 1 (the batch is not durable: a host retries it once fixed). @ref LLP 0033 */
   HYPSINK_ERR_ACCESS: { exit: 1, hint: 'Give the user hypsink runs as access to the named path, or choose another path; then run again.' },
   HYPSINK_ERR_USAGE: { exit: 2, hint: 'Fix the command line: see the usage above, or "hypsink <command> --help".' },

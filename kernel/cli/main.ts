@@ -10,6 +10,7 @@ import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/fla
 import { accessError } from '../../types/access.js';
 import { ERROR_CODES, HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { Hypsink } from '../runtime.js';
+import { addTestCommand } from './test-cmd.js';
 
 // Each command imports what it runs when it runs: `--help` loads commander only, `ingest` and
 // `status` no exporter's code, so a host that calls `ingest` often pays for ingest alone. @ref LLP 0025
@@ -390,6 +391,8 @@ export function buildProgram(io: Out = stdio): Command {
         if (!r.ok) throw verifyFailed(r);
       });
     });
+
+  addTestCommand(program, io); // `hypsink test`: a sink's transforms on rows from a file (LLP 0071)
 
   program
     .command('status')

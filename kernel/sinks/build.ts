@@ -200,9 +200,10 @@ export async function buildSink(env: BuildEnv, name: string, sc: SinkConfig, sta
 /**
  * The sink's transforms, built and bound to each of its datasets now, so a
  * column a transform names that a dataset lacks is a config error before
- * any export. @ref LLP 0046
+ * any export. `hypsink test` builds a sink's chain here too, and nothing else
+ * of the sink. @ref LLP 0046, LLP 0071
  */
-async function sinkTransforms(env: BuildEnv, name: string, sc: SinkConfig): Promise<TransformChain> {
+export async function sinkTransforms(env: Pick<BuildEnv, 'loaded' | 'log' | 'host'>, name: string, sc: SinkConfig): Promise<TransformChain> {
   const chain = await buildTransforms(sc.transforms, {
     sink: name,
     baseDir: env.loaded.baseDir,
