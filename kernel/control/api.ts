@@ -56,7 +56,7 @@ export function isLoopback(host: string): boolean {
 export function checkToken(token: string, from: string): string {
   if (token.length < MIN_TOKEN_LENGTH || !/^[\x21-\x7e]+$/.test(token)) {
     throw new HypsinkError('HYPSINK_ERR_CONFIG', `the API token from ${from} must be at least ${MIN_TOKEN_LENGTH} visible ASCII characters without spaces`, {
-      hint: 'Make one with "openssl rand -hex 24", put it in HYPSINK_API_TOKEN or a file named by --api-token-file (chmod 600); nothing was started.',
+      hint: 'Make one with "openssl rand -hex 24" and give hypsink run and hypsink ctl the same one (HYPSINK_API_TOKEN, or a file: --api-token-file / --token-file, chmod 600).',
     });
   }
   return token;

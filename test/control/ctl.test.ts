@@ -16,6 +16,16 @@ import { e2eConfig, ingestWith, type Json, spawnCli, TOKEN, workspace } from '..
 const YEARLY = '0 0 1 1 *';
 const API_TOKEN = 'ctl-token-Hs7Dk2Pw9Lq4Mz8X';
 
+/** A port nobody listens on: taken and released. */
+function freePort(): Promise<number> {
+  return new Promise<number>((done) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as { port: number }).port;
+      s.close(() => done(p));
+    });
+  });
+}
+
 test('hypsink ctl drives a running daemon: status, pause, resume, reload (broken, then SIGHUP), health; a wrong token is refused', async () => {
   const ws = await workspace('ctl');
   const r = await startReceiver({ port: 0, dataDir: ws.recv, token: TOKEN });
@@ -26,7 +36,10 @@ test('hypsink ctl drives a running daemon: status, pause, resume, reload (broken
   const cfg = e2eConfig(r.url, { schedule: YEARLY });
   await ws.writeConfig(cfg);
   await ingestWith(ws.configPath, { alpha: [1, 5] });
-  const run = spawnCli(['run', '--config', ws.configPath, '--api', '127.0.0.1:0', '--log-format', 'json'], { HYPSINK_API_TOKEN: API_TOKEN });
+  const metricsPort = await freePort();
+  const run = spawnCli(['run', '--config', ws.configPath, '--api', '127.0.0.1:0', '--metrics-port', String(metricsPort), '--log-format', 'json'], {
+    HYPSINK_API_TOKEN: API_TOKEN,
+  });
   try {
     const url = String((await run.waitForLog((l) => l.msg === 'control API listening')).url);
     await run.waitForLog((l) => l.msg === 'tick' && l.sink === 'central');
@@ -35,8 +48,10 @@ test('hypsink ctl drives a running daemon: status, pause, resume, reload (broken
     const st = await ctl('status', '--json');
     assert.equal(st.code, 0, st.err);
     const status = JSON.parse(st.out) as { sinks: Json[]; daemon: Json };
-    assert.equal(status.sinks[0]?.state, 'running');
-    assert.equal((status.sinks[0]?.partitions as Json[])[0]?.exportedRows, 5);
+    const central = status.sinks[0];
+    assert.ok(central);
+    assert.equal(central.state, 'running');
+    assert.equal((central.partitions as Json[])[0]?.exportedRows, 5);
     assert.equal(status.daemon.config, ws.configPath);
     const text = await ctl('status');
     assert.match(text.out, /sink "central": running; last tick .*: 5 row\(s\)/);
@@ -82,6 +97,11 @@ test('hypsink ctl drives a running daemon: status, pause, resume, reload (broken
       after.sinks.map((s) => s.name),
       ['central', 'files'],
     );
+    // /metrics follows the kernel the reload put in place: the new sink's gauges are there.
+    await run.waitForLog((l) => l.msg === 'tick' && l.sink === 'files');
+    const scrape = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    assert.match(scrape, /hypsink_watermark_seq\{sink="files",dataset="events",source="alpha"\} \d+/);
+    assert.match(scrape, /hypsink_exported_rows_total\{sink="files",dataset="events",source="alpha"\} 5/);
     const viaCtl = await ctl('reload');
     assert.equal(viaCtl.code, 0, viaCtl.err);
     assert.match(viaCtl.out, /^config reloaded from .*: sinks central, files \(no sink changed\)/);
@@ -117,13 +137,7 @@ test('run --api beyond loopback without a token refuses to start, naming the fla
     }
     await assert.rejects(fsp.access(join(ws.dir, 'cache')), 'nothing was opened');
 
-    // A port nobody listens on: taken and released.
-    const port = await new Promise<number>((done) => {
-      const s = createServer().listen(0, '127.0.0.1', () => {
-        const p = (s.address() as { port: number }).port;
-        s.close(() => done(p));
-      });
-    });
+    const port = await freePort();
     const nobody = await cli('ctl', 'status', '--api', `127.0.0.1:${port}`);
     assert.equal(nobody.code, 1);
     assert.match(nobody.err, /HYPSINK_ERR_RETRYABLE: no hypsink API answers at http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\)/);
