@@ -31,6 +31,14 @@ export class Daemon {
   /** Sinks whose tick is flushing: rows it flushes are exported by that same tick. */
   private readonly flushing = new Set<string>();
   private unlisten: (() => void) | undefined;
+  /** Sinks an operator paused (`hypsink ctl pause`): no tick of theirs starts. @ref LLP 0067 */
+  private readonly paused = new Set<string>();
+  /** Per sink: aborted to end its tick in flight once its recorded units are finished. */
+  private readonly halts = new Map<string, AbortController>();
+  /** Per sink: its ticks in flight, and who waits for none to be. */
+  private readonly busy = new Map<string, { n: number; idle: (() => void)[] }>();
+  /** Per sink: the error its last tick threw before any partition report (null: none). */
+  private readonly tickErrors = new Map<string, Error>();
 
   constructor(
     private readonly k: Hypsink,
@@ -75,17 +83,94 @@ export class Daemon {
   }
 
   async tick(sink: string): Promise<void> {
-    if (this.stopped) return;
-    this.flushing.add(sink);
+    if (this.stopped || this.paused.has(sink)) return;
+    const b = this.busy.get(sink) ?? { n: 0, idle: [] };
+    this.busy.set(sink, b);
+    b.n++;
     try {
-      await this.k.flush();
+      this.flushing.add(sink);
+      try {
+        await this.k.flush();
+      } finally {
+        this.flushing.delete(sink);
+      }
+      // Draining: the flushed rows are durable in the cache; no export starts now.
+      if (this.stopped || this.paused.has(sink)) return;
+      const [r] = await this.k.export(sink, { respectBackoff: true, halt: this.halt(sink).signal });
+      this.tickErrors.delete(sink);
+      if (r) this.opts.onTick?.(r);
+    } catch (e) {
+      this.tickErrors.set(sink, e as Error);
+      throw e;
     } finally {
-      this.flushing.delete(sink);
+      if (--b.n === 0) for (const done of b.idle.splice(0)) done();
     }
-    // Draining: the flushed rows are durable in the cache; no export starts now.
+  }
+
+  /** The abort of `sink`'s tick in flight (a new one once it was used). */
+  private halt(sink: string): AbortController {
+    let h = this.halts.get(sink);
+    if (!h || h.signal.aborted) {
+      h = new AbortController();
+      this.halts.set(sink, h);
+    }
+    return h;
+  }
+
+  /**
+   * Pause `sink`: no tick of it starts; one in flight finishes the units it has
+   * recorded (they are exactly once by their intents) and plans no new one.
+   * `idle` says when it has ended. @ref LLP 0067
+   */
+  pause(sink: string): void {
+    this.paused.add(sink);
+    this.halts.get(sink)?.abort();
+  }
+
+  /** Resume a paused sink: a tick of it starts now. */
+  resume(sink: string): void {
+    if (!this.paused.delete(sink)) return;
+    this.requestTick(sink);
+  }
+
+  isPaused(sink: string): boolean {
+    return this.paused.has(sink);
+  }
+
+  /** A tick of `sink` is in flight (flushing or exporting). */
+  ticking(sink: string): boolean {
+    return (this.busy.get(sink)?.n ?? 0) > 0;
+  }
+
+  /** The error `sink`'s last tick threw before it could report (its sink could not be built, say), if it did. */
+  tickError(sink: string): Error | undefined {
+    return this.tickErrors.get(sink);
+  }
+
+  /** Resolves once no tick of `sink` is in flight. */
+  idle(sink: string): Promise<void> {
+    const b = this.busy.get(sink);
+    if (!b || b.n === 0) return Promise.resolve();
+    return new Promise((done) => b.idle.push(done));
+  }
+
+  /** One more tick of `sink`, soon (after a resume or a restart). */
+  tickSoon(sink: string): void {
+    this.requestTick(sink);
+  }
+
+  /**
+   * For a reload: stop scheduling, end every tick in flight once its recorded
+   * units are finished, and wait for them and for maintenance; the kernel
+   * stays open (the caller closes it). Nothing is aborted. @ref LLP 0067
+   */
+  async suspend(): Promise<void> {
     if (this.stopped) return;
-    const [r] = await this.k.export(sink, { respectBackoff: true });
-    if (r) this.opts.onTick?.(r);
+    this.stopped = true;
+    this.unlisten?.();
+    for (const j of this.jobs) j.stop();
+    for (const sink of this.k.sinks.keys()) this.halt(sink).abort();
+    await Promise.all([...this.running]);
   }
 
   /** Drain: no new ticks, end parked waits, wait (bounded) for running units, then abort the rest and close plugins. */

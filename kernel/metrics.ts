@@ -73,8 +73,10 @@ export function createMetrics(k: Hypsink): Registry {
   return registry;
 }
 
-export async function serveMetrics(registry: Registry, port: number, host = '127.0.0.1'): Promise<Server> {
+/** `registry` may be a getter: a reload (LLP 0067) puts a new kernel, and its registry, in place. */
+export async function serveMetrics(current: Registry | (() => Registry), port: number, host = '127.0.0.1'): Promise<Server> {
   const server = createServer((req, res) => {
+    const registry = typeof current === 'function' ? current() : current;
     if (req.url !== '/metrics') {
       res.writeHead(404).end('see /metrics\n');
       return;

@@ -190,6 +190,28 @@ export class Hypsink {
   }
 
   /**
+   * @internal Restart a sink (`hypsink ctl restart`): once no tick of it runs, its
+   * shipper is closed and it is built again from its config, its stop by a
+   * refused login and its backoff forgotten; its next tick tries it at once.
+   * A build that fails throws, and the sink stays unbuilt (each tick tries again).
+   * @ref LLP 0067
+   */
+  async restartSink(name: string): Promise<void> {
+    const entry = this.entry(name);
+    await this.driver.quiesce(
+      [entry.state],
+      async () => {
+        const old = this.built.get(name);
+        this.built.delete(name);
+        this.driver.restart(name);
+        await old?.shipper.close().catch((e: unknown) => this.log.warn({ sink: name, err: e }, 'closing the sink before its restart failed'));
+      },
+      'restart',
+    );
+    await this.build([name]);
+  }
+
+  /**
    * Build every sink as an export would, exporting nothing: each one's plugins
    * load, its `${VAR}` values resolve and its own config is checked. Returns
    * the sink names.
@@ -263,6 +285,8 @@ export class Hypsink {
       onPartition?: (r: PartitionReport) => void;
       onPending?: (sink: string, rows: number) => void;
       onUnit?: (sink: string, rows: number) => void;
+      /** @internal Aborted: each tick ends once the units it has recorded are finished (the daemon's pause). */
+      halt?: AbortSignal;
     } = {},
   ): Promise<TickReport[]> {
     const targets = name ? [await this.sink(name)] : await Promise.all([...this.sinks.keys()].map((n) => this.sink(n)));
@@ -270,7 +294,7 @@ export class Hypsink {
     for (const s of targets) {
       const { onPending, onUnit } = opts;
       const progress = { onPending: onPending && ((rows: number) => onPending(s.name, rows)), onUnit: onUnit && ((rows: number) => onUnit(s.name, rows)) };
-      out.push(await this.driver.tick(s, opts.respectBackoff ?? false, opts.onPartition, progress));
+      out.push(await this.driver.tick(s, opts.respectBackoff ?? false, opts.onPartition, progress, opts.halt));
     }
     return out;
   }

@@ -215,10 +215,14 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('run')
-    .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM')
+    .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM, SIGHUP reloads the config')
     .option('--config <file>', 'config file')
     .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', portNumber)
-    .action(async (o: { metricsPort?: number }, cmd: Command) => {
+    .option('--api [address]', 'serve the control API (hypsink ctl) on [host:]port, default 127.0.0.1:4977; anywhere but loopback it needs a token')
+    .option('--api-token-file <file>', 'the API token, the first line of this file (else HYPSINK_API_TOKEN); required with a non-loopback --api')
+    .action(async (o: { metricsPort?: number; api?: string | true; apiTokenFile?: string }, cmd: Command) => {
+      // The API's address and token are checked before anything opens: a refused one starts nothing. @ref LLP 0067
+      const control = o.api === undefined && o.apiTokenFile === undefined ? null : await (await import('../control/cli.js')).apiSettings(o);
       const k = await open(cmd);
       try {
         await k.buildSinks(); // a sink's config error ends `run` now (exit 2), not at every tick
@@ -226,33 +230,60 @@ export function buildProgram(io: Out = stdio): Command {
         await k.close();
         throw e;
       }
-      const { Daemon } = await import('../daemon.js');
-      const metrics =
-        o.metricsPort === undefined
-          ? null
-          : await import('../metrics.js')
-              .then((m) => m.serveMetrics(m.createMetrics(k), o.metricsPort!))
-              .catch(async (e: unknown) => {
-                await k.close();
-                throw e;
-              });
-      if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');
-      const d = new Daemon(k, {
-        onTick: (r) => k.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick'),
+      const { Supervisor } = await import('../control/state.js');
+      const { config } = cmd.optsWithGlobals<{ config?: string }>();
+      const sup = new Supervisor(k, {
+        // A reload reads the config file again, with the same logger.
+        open: async () => (await api()).open({ config, log: k.log }),
+        daemon: { onTick: (r) => sup.kernel.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick') },
       });
-      d.start();
+      const metricsModule = o.metricsPort === undefined ? null : await import('../metrics.js');
+      // The registry follows the kernel a reload puts in place (its counters start again, as after a restart).
+      let registry = metricsModule?.createMetrics(k);
+      sup.onSwap((next) => {
+        registry = metricsModule?.createMetrics(next);
+      });
+      const metrics =
+        metricsModule === null
+          ? null
+          : await metricsModule.serveMetrics(() => registry!, o.metricsPort!).catch(async (e: unknown) => {
+              await k.close();
+              throw e;
+            });
+      if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');
+      const served = control
+        ? await (await import('../control/api.js')).serveApi(sup, control).catch(async (e: unknown) => {
+            metrics?.close();
+            await k.close();
+            throw e;
+          })
+        : null;
+      if (served) k.log.info({ url: served.url, token: control?.token !== undefined }, 'control API listening');
+      sup.start();
       k.log.info({ sinks: [...k.sinks.keys()] }, 'hypsink running; Ctrl-C to stop');
+      const onHup = () => {
+        sup.kernel.log.info('SIGHUP: reloading the config');
+        sup.reload().catch((e: unknown) => {
+          const err = e as HypsinkError;
+          sup.kernel.log.error({ code: err.code, hint: err.hint }, `reload refused, the running config stays: ${err.message}`);
+        });
+      };
+      process.on('SIGHUP', onHup);
       await new Promise<void>((done) => {
         let draining = false;
         const stop = () => {
           if (draining) {
-            k.log.warn('already draining; the drain ends within its bound');
+            sup.kernel.log.warn('already draining; the drain ends within its bound');
             return;
           }
           draining = true;
-          k.log.info('draining');
+          sup.kernel.log.info('draining');
           metrics?.close();
-          void d.stop().then(done);
+          // The API answers during the drain (ready says "stopping"), then closes.
+          void sup
+            .stop()
+            .then(() => served?.close())
+            .then(done);
         };
         // Kept for the whole drain, not `once`: signal-exit (under proper-lockfile and
         // write-file-atomic) re-raises a signal that has no listener but its own, which
@@ -260,6 +291,21 @@ export function buildProgram(io: Out = stdio): Command {
         process.on('SIGINT', stop);
         process.on('SIGTERM', stop);
       });
+      process.off('SIGHUP', onHup);
+    });
+
+  program
+    .command('ctl')
+    .description("talk to a running daemon's API (hypsink run --api): status, pause, resume, restart, reload, health")
+    .argument('<action>', 'status, pause, resume, restart, reload or health')
+    .argument('[sink]', 'the sink (pause, resume and restart need one; status shows one)')
+    .option('--api <address>', 'the API address, [host:]port (else HYPSINK_API, else 127.0.0.1:4977)')
+    .option('--token-file <file>', 'the API token, the first line of this file (else HYPSINK_API_TOKEN)')
+    .option('--no-wait', 'pause: answer at once, before the tick in flight has finished its units')
+    .option('--json', 'print the answer as JSON')
+    .action(async (action: string, sink: string | undefined, o: { api?: string; tokenFile?: string; wait: boolean; json?: boolean }) => {
+      const { runCtl } = await import('../control/cli.js');
+      await runCtl(action, sink, o, io.out, async () => (await render()).statusTable);
     });
 
   program

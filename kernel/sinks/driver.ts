@@ -69,8 +69,8 @@ export class SinkDriver {
   private readonly locks = new Map<string, ProcessLock>();
   /** Ticks (and quiesced work) of one sink state dir in this process, one at a time. */
   private readonly ticks = new KeyedMutex();
-  /** Sinks whose credentials were rejected: the daemon skips them until restart. */
-  private readonly stopped = new Set<string>();
+  /** Sinks whose credentials were rejected, and the error: the daemon skips them until restarted (`hypsink ctl restart`). */
+  private readonly stopped = new Map<string, HypsinkError>();
 
   constructor(
     private readonly env: ExportEnv,
@@ -109,8 +109,16 @@ export class SinkDriver {
    * One tick. `respectBackoff` false (the `export` command) retries outbox
    * partitions now; the daemon leaves them until their backoff has passed.
    */
-  async tick(sink: SinkRuntime, respectBackoff: boolean, onPartition?: (r: PartitionReport) => void, progress: TickProgress = {}): Promise<TickReport> {
+  async tick(
+    sink: SinkRuntime,
+    respectBackoff: boolean,
+    onPartition?: (r: PartitionReport) => void,
+    progress: TickProgress = {},
+    /** Aborted: the tick ends once the units it has recorded are finished; it plans no new one (a pause). @ref LLP 0067 */
+    halt?: AbortSignal,
+  ): Promise<TickReport> {
     await mkdirs(sink.state.dir);
+    const env: ExportEnv = halt ? { ...this.env, draining: this.env.draining ? AbortSignal.any([this.env.draining, halt]) : halt } : this.env;
     // The cross-process lock is shared within a process, so ticks of one sink in this
     // process (the daemon's first tick and a cron fire) are kept apart here.
     return this.ticks.run(sink.state.dir, () => this.lock(sink.state).with('export', async () => {
@@ -130,7 +138,7 @@ export class SinkDriver {
       const lock = this.lock(sink.state);
       const held = (what: string) => lock.assertHeld(what);
       const reports = await Promise.all(
-        partitions.map((p) => limit(() => (refused === undefined ? this.one(sink, p, respectBackoff, held, progress.onUnit) : this.refuse(sink, p, refused)))),
+        partitions.map((p) => limit(() => (refused === undefined ? this.one(env, sink, p, respectBackoff, held, progress.onUnit) : this.refuse(sink, p, refused)))),
       );
       for (const r of reports) onPartition?.(r);
       const sum = (k: 'rows' | 'bytes' | 'units') => reports.reduce((n, r) => n + r[k], 0);
@@ -155,6 +163,7 @@ export class SinkDriver {
   }
 
   private async one(
+    env: ExportEnv,
     sink: SinkRuntime,
     p: PartitionRef,
     respectBackoff: boolean,
@@ -167,7 +176,7 @@ export class SinkDriver {
       return { ...zero(), partition: p, error: null, deferred: true };
     }
     try {
-      const out = await exportPartition(this.env, sink, p, held, onUnit);
+      const out = await exportPartition(env, sink, p, held, onUnit);
       this.outbox.delete(key);
       if (out.units > 0) {
         await this.env.hooks.partitionExported.promise({ sink: sink.name, partition: p, rows: out.rows, bytes: out.bytes, units: out.units });
@@ -182,7 +191,7 @@ export class SinkDriver {
       this.outbox.set(key, { attempts, nextAt: Date.now() + delay });
       // Rejected credentials will not pass on their own: the daemon stops the sink until restarted.
       const stop = err.code === 'HYPSINK_ERR_AUTH';
-      if (stop) this.stopped.add(sink.name);
+      if (stop) this.stopped.set(sink.name, err);
       await this.recordError(sink, p, err);
       this.env.log.error(
         { sink: sink.name, dataset: p.dataset, source: p.source, code: err.code, attempts, retryInMs: stop ? null : delay },
@@ -210,6 +219,17 @@ export class SinkDriver {
     } catch {
       // The watermark itself is unreadable: the error already names it.
     }
+  }
+
+  /** The error that stopped `sink` until it is restarted, if one did. */
+  stoppedBy(sink: string): HypsinkError | undefined {
+    return this.stopped.get(sink);
+  }
+
+  /** `sink` is restarted (`hypsink ctl restart`): it is tried again at once, its backoff forgotten. @ref LLP 0067 */
+  restart(sink: string): void {
+    this.stopped.delete(sink);
+    for (const key of this.outbox.keys()) if (key.startsWith(`${sink}\0`)) this.outbox.delete(key);
   }
 
   /** Partitions waiting in the outbox, for status. */
