@@ -6,6 +6,7 @@ export * from './errors.js';
 export type * from './hooks.js';
 export * from './plugins.js';
 export * from './schema.js';
+export * from './signals.js';
 export type * from './sinks.js';
 export * from './storage.js';
 export type * from './transforms.js';
