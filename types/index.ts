@@ -2,6 +2,7 @@
 export * from './access.js';
 export * from './config.js';
 export * from './content.js';
+export * from './engine-types.js';
 export * from './errors.js';
 export type * from './hooks.js';
 export * from './plugins.js';
