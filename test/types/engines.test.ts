@@ -217,7 +217,9 @@ test('a partition holding a blob of the older layout keeps reading: DuckDB reads
   const all = (await walkFiles(join(dir, 'parquet'), '.hypsink-tmp')).filter((f) => f.endsWith('.parquet'));
   assert.equal(all.length, 2);
   await duck(async (c) => {
-    // One glob over both layouts: DuckDB unifies the columns by name and reads every value.
+    // One glob over both layouts: DuckDB unifies the columns by name and reads every value. It casts the
+    // old TIMESTAMP (UTC wall-clock time) to the new type in its session zone: UTC, as the README says.
+    await c.run("SET TimeZone = 'UTC'");
     const glob = `read_parquet(${q(join(dir, 'parquet', '**', '*.parquet'))}, union_by_name = true, hive_partitioning = false)`;
     assertValues(await values(c, glob), ids(1, 12));
   });
