@@ -2,6 +2,7 @@
  * The kernel, assembled from a loaded config: cache, hooks, plugin host, sinks
  * and driver. Every CLI command is a method here, so tests drive the same code.
  */
+import { setMaxListeners } from 'node:events';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Logger as Pino } from 'pino';
@@ -95,6 +96,10 @@ export class Hypsink {
     private readonly tickRequests: TickRequests,
   ) {
     const d = loaded.config.driver;
+    // A fan-out: every unit in flight (sinks × concurrency) links its own signal to this one, and
+    // unlinks when it ends, so a count here says how much runs, not that listeners leak. A leak
+    // shows on a unit's own signal. @ref LLP 0069
+    setMaxListeners(0, this.abort.signal);
     this.driver = new SinkDriver(
       { cache, hooks: this.hooks, log, signal: this.abort.signal, draining: this.drainer.signal },
       { concurrency: d.concurrency, lockWaitMs: d.lockWaitMs, outboxBaseMs: d.outboxBaseMs, outboxMaxMs: d.outboxMaxMs },

@@ -2,10 +2,12 @@
 export * from './access.js';
 export * from './config.js';
 export * from './content.js';
+export * from './engine-types.js';
 export * from './errors.js';
 export type * from './hooks.js';
 export * from './plugins.js';
 export * from './schema.js';
+export * from './signals.js';
 export type * from './sinks.js';
 export * from './storage.js';
 export type * from './transforms.js';

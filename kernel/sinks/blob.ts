@@ -9,9 +9,12 @@
  * With `keys.time` ("day" or "hour") the unit is one blob per day (hour) of its
  * rows' timestamps, under Hive-style segments: `<p.key>/dt=YYYY-MM-DD[/hour=HH]/<name>`,
  * each naming the whole unit's range, each create-if-absent, each guarded.
+ * An encoder writes a column the unit declares NOT NULL as a required field;
+ * the kernel hands it a unit whose rows keep that promise (`putDeclared`).
  * @ref LLP 0005: write-ahead intent
  * @ref LLP 0018: the two kernel rules
  * @ref LLP 0048: time-partitioned keys
+ * @ref LLP 0069: types engines read right
  */
 import type { RecordBatch } from 'apache-arrow';
 import { unitConflict } from '../../types/content.js';
@@ -150,6 +153,67 @@ function sameUnit(unit: Unit, put: PutResult, where: string): void {
   });
 }
 
+/** A batch handed to an encoder held a null in columns the unit declares NOT NULL. */
+class NullInNotNull extends Error {
+  constructor(readonly columns: readonly string[]) {
+    super(`a null in NOT NULL column(s) ${columns.join(', ')}`);
+  }
+}
+
+/** The NullInNotNull an error is, or was caused by (a destination may wrap its body's error). */
+function nullsIn(e: unknown): NullInNotNull | null {
+  for (let x = e, depth = 0; x instanceof Error && depth < 8; x = x.cause, depth++) if (x instanceof NullInNotNull) return x;
+  return null;
+}
+
+/**
+ * The unit as an encoder gets it, `nullable` columns declared nullable: its
+ * batches() stops at the first batch with a null in a column still declared
+ * NOT NULL, before the encoder can write it.
+ */
+function declared(unit: Unit, nullable: ReadonlySet<string>): Unit {
+  const columns = unit.schema.columns.map((c) => (nullable.has(c.name) ? { ...c, nullable: true } : c));
+  const strict = columns.filter((c) => !c.nullable).map((c) => c.name);
+  if (strict.length === 0 && nullable.size === 0) return unit;
+  return {
+    ...unit,
+    schema: { ...unit.schema, columns },
+    batches: () =>
+      (async function* () {
+        for await (const b of unit.batches()) {
+          const broken = strict.filter((n) => (b.getChild(n)?.nullCount ?? 0) > 0);
+          if (broken.length > 0) throw new NullInNotNull(broken);
+          yield b;
+        }
+      })(),
+  };
+}
+
+/**
+ * Put a unit's blob (or table files) with the columns it declares NOT NULL
+ * written as required. A dataset's NOT NULL is checked at ingest, but rows
+ * cached before a column was declared so (added later, or made NOT NULL
+ * since) may hold nulls; the intent fixes the columns with the unit, so the
+ * unit can never be planned again under other ones. A batch with such a null
+ * stops the put before it commits (the body fails), and the unit is put again
+ * at once with those columns nullable: the file then says what its rows are.
+ * The cost, one more read, falls only on units whose rows break their schema.
+ * @ref LLP 0069
+ */
+async function putDeclared<T>(unit: Unit, put: (u: Unit) => Promise<T>): Promise<T> {
+  const nullable = new Set<string>();
+  for (;;) {
+    try {
+      return await put(declared(unit, nullable));
+    } catch (e) {
+      const found = nullsIn(e);
+      const fresh = found?.columns.filter((c) => !nullable.has(c)) ?? [];
+      if (fresh.length === 0) throw e;
+      for (const c of fresh) nullable.add(c);
+    }
+  }
+}
+
 /** A shipper whose every ship is checked against the unit's reads: the kernel's own blob sinks. */
 export interface GuardedShipper extends UnitShipper {
   shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult>;
@@ -176,11 +240,9 @@ export function blobShipper(
     },
     async shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult> {
       if (grain) return shipByTime(encoder, destination, unit, reads, grain, copyTag());
-      const put = await destination.putIfAbsent(unit.id, reads.guard(encoder.encode(unit)), {
-        contentType: encoder.contentType,
-        signal: unit.signal,
-        digest: unit.digest,
-      });
+      const put = await putDeclared(unit, (u) =>
+        destination.putIfAbsent(unit.id, reads.guard(encoder.encode(u)), { contentType: encoder.contentType, signal: unit.signal, digest: unit.digest }),
+      );
       sameUnit(unit, put, destination.describe(unit.id));
       return { rows: reads.planned, bytes: put.bytes, duplicate: !put.created };
     },
@@ -203,7 +265,7 @@ function tableShipper(table: TableFormat, destination: BlobDestination, limits: 
     ship(unit: Unit): Promise<ShipResult> {
       return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `table unit ${unit.id}: shipped without the kernel's read guard`));
     },
-    shipGuarded: (unit, reads) => table.ship(unit, destination, reads),
+    shipGuarded: (unit, reads) => putDeclared(unit, (u) => table.ship(u, destination, reads)),
     close: () => destination.close(),
     ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
     ...(table.inventory ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => table.inventory!(p, destination, opts) } : {}),
@@ -347,9 +409,12 @@ async function shipByTime(encoder: Encoder, destination: BlobDestination, unit: 
   let created = 0;
   const since = unit.since;
   const put = async (b: Bucket, expect: ReadonlySet<Bucket> | null) => {
-    const view = bucketView(unit, col, grain, b, expect);
     const key = blobKey(unit.partition, since, unit.until, encoder.extension, timeSegment(grain, b), copyTag);
-    const r = await destination.putIfAbsent(key, reads.guard(encoder.encode(view.unit)), { contentType: encoder.contentType, signal: unit.signal, digest: unit.digest });
+    let view!: ReturnType<typeof bucketView>;
+    const r = await putDeclared(unit, (u) => {
+      view = bucketView(u, col, grain, b, expect);
+      return destination.putIfAbsent(key, reads.guard(encoder.encode(view.unit)), { contentType: encoder.contentType, signal: unit.signal, digest: unit.digest });
+    });
     sameUnit(unit, r, destination.describe(key));
     bytes += r.bytes;
     if (r.created) created++;

@@ -9,6 +9,7 @@
  * @ref LLP 0054: a unit's digest
  */
 import { HypsinkError } from '../../types/errors.js';
+import { linkSignals } from '../../types/signals.js';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { ShipResult } from '../../types/sinks.js';
 import type { PartitionRef } from '../../types/storage.js';
@@ -129,18 +130,24 @@ export async function shipUnit(
   if (planned === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [], refused: [] };
   const digest = await recordedDigest(sink, plan, intent, recovered);
   const reads = new UnitReads(planned, sink.name, rangeText(p, intent.since, intent.until));
-  const unit = buildUnit(u, sink.name, intent, digest, reads, env.signal, pre);
-  const result = sink.kind === 'blob' ? await (sink.shipper as GuardedShipper).shipGuarded(unit, reads) : await sink.shipper.ship(unit);
-  // A unit the destination already had was shipped whole before (its reads were checked then).
-  if (!result.duplicate) reads.check();
-  else if (u.chain && reads.refused === null) {
-    // …without being read now: read it once more, for the rows its transforms refused (the same, as they are pure).
-    for await (const _ of unit.batches()) {
-      // nothing to do with the rows: the read notes the refused ones
+  // The unit's own signal: what a shipper leaves on it goes with the unit, not onto the kernel's. @ref LLP 0069
+  const link = linkSignals(env.signal);
+  try {
+    const unit = buildUnit(u, sink.name, intent, digest, reads, link.signal, pre);
+    const result = sink.kind === 'blob' ? await (sink.shipper as GuardedShipper).shipGuarded(unit, reads) : await sink.shipper.ship(unit);
+    // A unit the destination already had was shipped whole before (its reads were checked then).
+    if (!result.duplicate) reads.check();
+    else if (u.chain && reads.refused === null) {
+      // …without being read now: read it once more, for the rows its transforms refused (the same, as they are pure).
+      for await (const _ of unit.batches()) {
+        // nothing to do with the rows: the read notes the refused ones
+      }
+      reads.check();
     }
-    reads.check();
+    return { result: { ...result, rows: planned }, seen: reads.seen, refused: reads.refused ?? [] };
+  } finally {
+    link.dispose();
   }
-  return { result: { ...result, rows: planned }, seen: reads.seen, refused: reads.refused ?? [] };
 }
 
 /**

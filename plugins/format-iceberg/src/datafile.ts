@@ -10,21 +10,10 @@
  * same reads, for the manifest.
  * @ref LLP 0051
  */
-import {
-  type Data,
-  Field,
-  makeData,
-  RecordBatch,
-  Schema,
-  Struct,
-  Table,
-  tableToIPC,
-  TimestampMicrosecond,
-  Utf8,
-} from 'apache-arrow';
+import { type Data, Field, makeData, type RecordBatch, Table, tableToIPC, Utf8 } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import type { BlobBody, BlobDestination, ColumnSpec, Unit, UnitGuard } from 'hypsink/plugin';
-import { HypsinkError } from 'hypsink/plugin';
+import { engineBatch, HypsinkError } from 'hypsink/plugin';
 import type { DataFile } from './avro.js';
 import { type IcebergSchema, type IcebergType, SOURCE_FIELD, SOURCE_FIELD_ID } from './schema.js';
 
@@ -150,15 +139,6 @@ function daysOf(d: Data, length: number): Day[] {
   return out;
 }
 
-/** A validity bitmap starting at row 0 (the input's may start at a bit offset). */
-function bitmapOf(d: Data): Uint8Array | undefined {
-  if (d.nullCount === 0 || d.nullBitmap === undefined) return undefined;
-  if (d.offset % 8 === 0) return d.nullBitmap.subarray(d.offset >> 3, (d.offset >> 3) + Math.ceil(d.length / 8));
-  const out = new Uint8Array(Math.ceil(d.length / 8));
-  for (let i = 0; i < d.length; i++) if (isValid(d, i)) out[i >> 3]! |= 1 << (i & 7);
-  return out;
-}
-
 const encoder = new TextEncoder();
 
 /** Each of the plan's columns in a batch, found by name (a batch's column order is not assumed). */
@@ -170,20 +150,27 @@ function columnsOf(b: RecordBatch, columns: readonly ColumnSpec[]): Data[] {
   });
 }
 
-/** The Iceberg form of a batch of the unit's rows: `source` first, field ids on every column, µs timestamps. */
+/**
+ * The Iceberg form of a batch of the unit's rows: `source` first, field ids on
+ * every column, µs timestamps (the SDK's engine form), and each column
+ * required exactly where the table's schema says so. @ref LLP 0069
+ */
 class BatchShape {
   private readonly sourceField: Field;
   private readonly sourceBytes: Uint8Array;
   /** Each column's field id, as Parquet's writer takes it from Arrow field metadata. */
   private readonly meta: Map<string, string>[];
+  private readonly required: boolean[];
 
   constructor(
     private readonly plan: FilePlan,
     source: string,
   ) {
     const meta = (id: number) => new Map([['PARQUET:field_id', String(id)]]);
-    this.sourceField = new Field(SOURCE_FIELD, new Utf8(), true, meta(SOURCE_FIELD_ID));
+    const requiredOf = (id: number) => plan.schema.fields.find((f) => f.id === id)?.required === true;
+    this.sourceField = new Field(SOURCE_FIELD, new Utf8(), !requiredOf(SOURCE_FIELD_ID), meta(SOURCE_FIELD_ID));
     this.meta = plan.ids.map(meta);
+    this.required = plan.ids.map(requiredOf);
     this.sourceBytes = encoder.encode(source);
   }
 
@@ -196,24 +183,12 @@ class BatchShape {
       values.set(src, i * src.length);
       offsets[i + 1] = (i + 1) * src.length;
     }
-    const children: Data[] = [makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets: offsets, data: values })];
-    const fields: Field[] = [this.sourceField];
-    const data = columnsOf(b, this.plan.columns);
-    this.plan.columns.forEach((c, j) => {
-      const d = data[j]!;
-      let out: Data = d;
-      if (c.type === 'TIMESTAMP') {
-        const ms = d.values as BigInt64Array;
-        const us = new BigInt64Array(n);
-        for (let i = 0; i < n; i++) us[i] = ms[i]! * 1000n;
-        const bitmap = bitmapOf(d);
-        out = makeData({ type: new TimestampMicrosecond('UTC'), length: n, nullCount: d.nullCount, data: us, ...(bitmap ? { nullBitmap: bitmap } : {}) });
-      }
-      children.push(out);
-      fields.push(new Field(c.name, out.type, true, this.meta[j]));
+    const source = makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets: offsets, data: values });
+    return engineBatch(b, this.plan.columns, {
+      leading: [{ field: this.sourceField, data: source }],
+      nullable: (_, j) => !this.required[j],
+      metadata: (_, j) => this.meta[j],
     });
-    const schema = new Schema(fields);
-    return new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: n, nullCount: 0, children }));
   }
 }
 

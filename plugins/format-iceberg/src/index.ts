@@ -178,7 +178,7 @@ class IcebergWriter {
         'last-column-id': evolved.lastColumnId,
       });
       if (await store.commit(head.version + 1, next, unit.signal)) {
-        this.build.log.info({ sink: unit.sink, table, schema: evolved.schema['schema-id'] }, 'iceberg: columns added to the table');
+        this.build.log.info({ sink: unit.sink, table, schema: evolved.schema['schema-id'] }, 'iceberg: the table\'s schema takes the rows\' columns (added, or made optional)');
         continue;
       }
       if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);

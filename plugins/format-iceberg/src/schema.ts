@@ -56,14 +56,17 @@ export function icebergType(t: ColumnType): IcebergType {
   return TYPES[t];
 }
 
-/** The first schema of a new table: `source`, then the unit's columns, all optional. */
+/**
+ * The first schema of a new table: `source` (never null), then the unit's
+ * columns, a NOT NULL column as a required field. @ref LLP 0069
+ */
 export function firstSchema(columns: readonly ColumnSpec[]): IcebergSchema {
   return {
     type: 'struct',
     'schema-id': 0,
     fields: [
-      { id: SOURCE_FIELD_ID, name: SOURCE_FIELD, required: false, type: 'string', doc: 'the source the rows were recorded under' },
-      ...columns.map((c, i) => ({ id: i + 2, name: c.name, required: false, type: icebergType(c.type) })),
+      { id: SOURCE_FIELD_ID, name: SOURCE_FIELD, required: true, type: 'string', doc: 'the source the rows were recorded under' },
+      ...columns.map((c, i) => ({ id: i + 2, name: c.name, required: !c.nullable, type: icebergType(c.type) })),
     ],
   };
 }
@@ -83,13 +86,17 @@ export function firstSpec(schema: IcebergSchema, dayColumn: string | undefined):
 
 /**
  * What the table's current schema needs to take the unit's columns: null when
- * it takes them as it is, else the next schema (new nullable fields with new
- * ids). A column whose type differs from the table's field, or that would
- * shadow `source`, is refused: Iceberg reads old files by field id, and a
- * changed type would read them wrongly.
+ * it takes them as it is, else the next schema (new fields, optional, with
+ * new ids; a required field the unit's column may leave null made optional,
+ * which Iceberg allows; an optional field is never made required, as its
+ * files may hold nulls). A column whose type differs from the table's field,
+ * or that would shadow `source`, is refused: Iceberg reads old files by field
+ * id, and a changed type would read them wrongly.
+ * @ref LLP 0069
  */
 export function evolve(table: string, current: IcebergSchema, lastColumnId: number, columns: readonly ColumnSpec[]): { schema: IcebergSchema; lastColumnId: number } | null {
   const added: SchemaField[] = [];
+  const relaxed = new Set<number>();
   let last = lastColumnId;
   for (const c of columns) {
     const want = icebergType(c.type);
@@ -99,15 +106,19 @@ export function evolve(table: string, current: IcebergSchema, lastColumnId: numb
     const f = current.fields.find((x) => x.name === c.name);
     if (f === undefined) {
       added.push({ id: ++last, name: c.name, required: false, type: want });
-    } else if (f.type !== want) {
+    } else if (f.required && c.nullable) {
+      relaxed.add(f.id);
+    }
+    if (f !== undefined && f.type !== want) {
       throw new HypsinkError(
         'HYPSINK_ERR_CONFIG',
         `iceberg table "${table}": column "${c.name}" is ${f.type} in the table (field ${f.id}) and ${c.type} (${want}) in the rows this sink writes; Iceberg cannot change a column's type safely this way: give the new column another name, or export to a new table (writerConfig.table)`,
       );
     }
   }
-  if (added.length === 0) return null;
-  return { schema: { type: 'struct', 'schema-id': current['schema-id'] + 1, fields: [...current.fields, ...added] }, lastColumnId: last };
+  if (added.length === 0 && relaxed.size === 0) return null;
+  const fields = current.fields.map((f) => (relaxed.has(f.id) ? { ...f, required: false } : f));
+  return { schema: { type: 'struct', 'schema-id': current['schema-id'] + 1, fields: [...fields, ...added] }, lastColumnId: last };
 }
 
 /** The field ids of the unit's columns in the table's schema (each is there once `evolve` is committed). */

@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { BlobDestination, Logger } from 'hypsink/plugin';
-import { HypsinkError, isHypsinkError } from 'hypsink/plugin';
+import { HypsinkError, isHypsinkError, sleep } from 'hypsink/plugin';
 import type { IcebergSchema, PartitionSpec } from './schema.js';
 
 export interface Snapshot {
@@ -275,17 +275,8 @@ export class TableStore {
   async backoff(attempt: number, signal: AbortSignal): Promise<void> {
     const ms = Math.min(2000, 10 * 2 ** Math.min(attempt, 8)) * (0.5 + Math.random());
     this.log.debug({ sink: this.sink, attempt, ms: Math.round(ms) }, 'iceberg: another writer committed first; re-basing');
-    await new Promise<void>((res, rej) => {
-      const t = setTimeout(res, ms);
-      signal.addEventListener(
-        'abort',
-        () => {
-          clearTimeout(t);
-          rej(new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.sink}": table commit aborted by shutdown`));
-        },
-        { once: true },
-      );
-    });
+    // Its listener leaves the unit's signal when the wait ends: a unit may lose many races. @ref LLP 0069
+    await sleep(ms, signal, () => new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.sink}": table commit aborted by shutdown`));
   }
 }
 

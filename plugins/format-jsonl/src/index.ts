@@ -1,13 +1,36 @@
-/** `@hypsink/format-jsonl`: one JSON object per line, streamed in ~1 MiB chunks. */
-import type { BlobBody, Encoder, PluginContext, StoredBlob, Unit } from 'hypsink/plugin';
+/**
+ * `@hypsink/format-jsonl`: one JSON object per line, streamed in ~1 MiB chunks.
+ * A line is the row in row form (`JSON.stringify` of it: the columns in the
+ * schema's order, TIMESTAMP as ISO-8601 in UTC, JSON as the value itself),
+ * but for one rule: an INT64 is always a JSON integer with all its digits,
+ * beyond ±2^53 too (row form has those as strings). So every value of an
+ * INT64 column is a number, and DuckDB and pandas read the column as a
+ * 64-bit integer; a JavaScript reader needs a parser that keeps big integers.
+ * @ref LLP 0069
+ */
+import type { BlobBody, ColumnSpec, Encoder, PluginContext, Row, StoredBlob, Unit } from 'hypsink/plugin';
 
 const CHUNK = 1 << 20;
 
+/** A row's line: its columns in order, an INT64 given as a decimal string written as the integer it is. */
+function line(row: Row, columns: readonly ColumnSpec[], keys: readonly string[]): string {
+  let s = '{';
+  for (let i = 0; i < columns.length; i++) {
+    const c = columns[i]!;
+    const v = row[c.name];
+    if (v === undefined) continue;
+    s += `${s.length > 1 ? ',' : ''}${keys[i]}${c.type === 'INT64' && typeof v === 'string' ? v : JSON.stringify(v)}`;
+  }
+  return `${s}}\n`;
+}
+
 async function* encode(unit: Unit): BlobBody {
   const enc = new TextEncoder();
+  const columns = unit.schema.columns;
+  const keys = columns.map((c) => `${JSON.stringify(c.name)}:`);
   let buf = '';
   for await (const row of unit.rows()) {
-    buf += JSON.stringify(row) + '\n';
+    buf += line(row, columns, keys);
     if (buf.length >= CHUNK) {
       yield enc.encode(buf);
       buf = '';

@@ -1,12 +1,16 @@
 /**
  * `@hypsink/format-parquet`: a unit's Arrow batches → one Parquet file (zstd),
  * streamed batch by batch through parquet-wasm's stream writer, so a large
- * unit never sits in memory whole. Any Parquet reader decodes the result.
+ * unit never sits in memory whole. Any Parquet reader decodes the result, with
+ * the types engines expect: timestamps as UTC-adjusted µs, NOT NULL columns
+ * REQUIRED, JSON columns with the JSON logical type (set in the footer).
+ * @ref LLP 0069
  */
 import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
-import { parseSinkConfig, type PluginContext } from 'hypsink/plugin';
+import { engineBatch, parseSinkConfig, type PluginContext } from 'hypsink/plugin';
+import { withJsonColumns } from './footer.js';
 import type { BlobBody, Encoder, PluginOptionsSpec, StoredBlob, Unit } from 'hypsink/plugin';
 
 const configSchema = z.object({
@@ -25,6 +29,13 @@ const CODECS = {
 } as const;
 
 async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: number): BlobBody {
+  const columns = unit.schema.columns;
+  const json = new Set(columns.filter((c) => c.type === 'JSON').map((c) => c.name));
+  yield* withJsonColumns(encodeBatches(unit, compression, rowGroupRows), json);
+}
+
+async function* encodeBatches(unit: Unit, compression: pw.Compression, rowGroupRows: number): BlobBody {
+  const columns = unit.schema.columns;
   const batches = unit.batches()[Symbol.asyncIterator]();
   // An error of the rows' source (a damaged cache file: HYPSINK_ERR_CORRUPT naming it) reaches
   // the wasm writer only as an opaque "Dyn casting error": keep it and rethrow it as it was.
@@ -42,7 +53,8 @@ async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: nu
         ctl.close();
         return;
       }
-      for (const rb of pw.Table.fromIPCStream(tableToIPC(new Table(next.value), 'stream')).recordBatches()) ctl.enqueue(rb);
+      const rows = engineBatch(next.value, columns, { json: true });
+      for (const rb of pw.Table.fromIPCStream(tableToIPC(new Table(rows), 'stream')).recordBatches()) ctl.enqueue(rb);
     },
     async cancel() {
       await batches.return?.();

@@ -42,26 +42,3 @@ export function backoffMs(n: number, budget: { readonly baseMs: number; readonly
 export async function parkedWait(ms: number, signal: AbortSignal): Promise<void> {
   await sleep(ms, undefined, { signal });
 }
-
-/**
- * One signal that aborts when any of `signals` does, detached by dispose().
- * Not AbortSignal.any: combining with a long-lived signal (the shipper's close)
- * once per unit retains every combined signal on some Node versions (nodejs/node#55351).
- */
-export function linkSignals(...signals: AbortSignal[]): { signal: AbortSignal; dispose(): void } {
-  const ac = new AbortController();
-  const onAbort = (e: Event) => ac.abort((e.target as AbortSignal).reason);
-  for (const s of signals) {
-    if (s.aborted) {
-      ac.abort(s.reason);
-      break;
-    }
-    s.addEventListener('abort', onAbort, { once: true });
-  }
-  return {
-    signal: ac.signal,
-    dispose: () => {
-      for (const s of signals) s.removeEventListener('abort', onAbort);
-    },
-  };
-}

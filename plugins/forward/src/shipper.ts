@@ -16,9 +16,10 @@ import {
   type Unit,
   type UnitLimits,
   type UnitShipper,
+  linkSignals,
   unitConflict,
 } from 'hypsink/plugin';
-import { backoffMs, ladderStep, linkSignals, parkedWait, parseRetryAfter } from './backoff.js';
+import { backoffMs, ladderStep, parkedWait, parseRetryAfter } from './backoff.js';
 import { checkReceiver } from './check.js';
 import type { ForwardConfig } from './config.js';
 import { ForwardError, unreachableHint } from './errors.js';

@@ -496,9 +496,12 @@ export class PostgresShipper implements UnitShipper {
     const rj = `${q(this.names.schema)}.${q(this.names.rejects)}`;
     const p = unit.partition;
     const ordinals = [...refusals.keys()].sort((a, b) => a - b);
+    // jsonb since LLP 0069; a dead letter created before it has row_json as text, written as before.
+    const jsonb =
+      (await client.query<{ t: string }>("SELECT format_type(atttypid, atttypmod) AS t FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'row_json'", [rj])).rows[0]?.t === 'jsonb';
     await client.query(
       `INSERT INTO ${rj} (writer, sink, dataset, source, unit, ordinal, reason, row_json, target)
-       SELECT $1, $2, $3, $4, $5, o, r, j, $9 FROM unnest($6::integer[], $7::text[], $8::text[]) AS x(o, r, j)`,
+       SELECT $1, $2, $3, $4, $5, o, r, ${jsonb ? 'j::jsonb' : 'j'}, $9 FROM unnest($6::integer[], $7::text[], $8::text[]) AS x(o, r, j)`,
       [
         this.ctx.cacheId,
         this.ctx.sink,
@@ -507,8 +510,8 @@ export class PostgresShipper implements UnitShipper {
         unit.id,
         ordinals,
         ordinals.map((o) => refusals.get(o)!.reason),
-        // JSON.stringify writes U+0000 as the six characters \u0000: text holds it.
-        ordinals.map((o) => JSON.stringify(refusals.get(o)!.row)),
+        // JSON.stringify writes U+0000 as the escape \u0000: text holds it, jsonb refuses it.
+        ordinals.map((o) => JSON.stringify(jsonb ? withoutNul(refusals.get(o)!.row) : refusals.get(o)!.row)),
         target,
       ],
     );
@@ -613,4 +616,16 @@ export class PostgresShipper implements UnitShipper {
     this.pool = null;
     await pool?.end().catch(() => undefined);
   }
+}
+
+/**
+ * A row as jsonb can hold it: U+0000, which no jsonb string takes, written as
+ * the six characters `\u0000` (in keys too); the row's reason names the NUL
+ * byte. @ref LLP 0069
+ */
+export function withoutNul(v: unknown): unknown {
+  if (typeof v === 'string') return v.includes('\u0000') ? v.replaceAll('\u0000', '\\u0000') : v;
+  if (Array.isArray(v)) return v.map(withoutNul);
+  if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [withoutNul(k) as string, withoutNul(x)]));
+  return v;
 }

@@ -56,10 +56,11 @@ export async function ensureOwnTables(c: pg.ClientBase, n: Names): Promise<void>
         updated_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (writer, sink, dataset, source))`,
     );
+    // row_json is jsonb (LLP 0069); a dead letter made before as text is kept and written as text.
     await c.query(
       `CREATE TABLE IF NOT EXISTS ${rj} (
         writer text NOT NULL, sink text NOT NULL, dataset text NOT NULL, source text NOT NULL,
-        unit text NOT NULL, ordinal integer NOT NULL, reason text NOT NULL, row_json text NOT NULL,
+        unit text NOT NULL, ordinal integer NOT NULL, reason text NOT NULL, row_json jsonb NOT NULL,
         target text NOT NULL, rejected_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (writer, sink, unit, ordinal))`,
     );

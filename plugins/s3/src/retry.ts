@@ -3,7 +3,7 @@
  * (`maxAttempts: 1`) so that this budget is the only one: bounded, testable,
  * honouring Retry-After, and abortable by the unit's signal while it sleeps.
  */
-import type { HypsinkError, Logger } from 'hypsink/plugin';
+import { type HypsinkError, type Logger, sleep } from 'hypsink/plugin';
 import type { RetryBudget } from './config.js';
 import { type ErrorContext, type Fault, classify, toHypsinkError } from './errors.js';
 
@@ -20,23 +20,6 @@ export interface RetryScope {
 export function backoffMs(attempt: number, budget: RetryBudget, random = Math.random): number {
   const exp = Math.min(budget.maxMs, budget.baseMs * 2 ** (attempt - 1));
   return Math.round(exp / 2 + (exp / 2) * random());
-}
-
-/** Resolves after `ms`, or rejects with `onAbort()` as soon as `signal` aborts. */
-export function sleep(ms: number, signal: AbortSignal, onAbort: () => Error): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(onAbort());
-    const done = () => {
-      signal.removeEventListener('abort', abort);
-      resolve();
-    };
-    const abort = () => {
-      clearTimeout(timer);
-      reject(onAbort());
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', abort, { once: true });
-  });
 }
 
 export function errorFor(fault: Fault, scope: RetryScope, op: string, attempts: number): HypsinkError {

@@ -1,0 +1,255 @@
+/**
+ * The JSON logical type, set in a Parquet file's footer. parquet-wasm 0.8's
+ * writer (arrow-rs built without canonical extension types) writes an
+ * `arrow.json` column as a plain STRING; engines then type it VARCHAR. A
+ * file's footer is its last bytes (`<FileMetaData, Thrift compact><len:
+ * u32 LE>PAR1`) and every offset in it points before it, so the schema
+ * elements of the JSON columns are re-encoded there (converted type JSON,
+ * logical type JSON) and nothing else of the file moves. Only the stream's
+ * tail is held back to do it.
+ * @ref LLP 0069
+ */
+import { HypsinkError } from 'hypsink/plugin';
+
+/** The tail held back while the file streams: a footer is far smaller (tens of kB for a large unit). */
+const HOLD = 8 << 20;
+const MAGIC = [0x50, 0x41, 0x52, 0x31]; // PAR1
+
+// Thrift compact types.
+const T_TRUE = 1;
+const T_FALSE = 2;
+const T_BYTE = 3;
+const T_I16 = 4;
+const T_I32 = 5;
+const T_I64 = 6;
+const T_DOUBLE = 7;
+const T_BINARY = 8;
+const T_LIST = 9;
+const T_SET = 10;
+const T_MAP = 11;
+const T_STRUCT = 12;
+
+/** Parquet's ConvertedType JSON, as a compact i32 (zigzag varint of 19). */
+const CONVERTED_JSON = Uint8Array.of(38);
+/** LogicalType { 12: JSON {} } as a compact struct value. */
+const LOGICAL_JSON = Uint8Array.of((12 << 4) | T_STRUCT, 0, 0);
+
+class Reader {
+  pos = 0;
+  constructor(readonly b: Uint8Array) {}
+  byte(): number {
+    if (this.pos >= this.b.length) throw new Error('footer ends early');
+    return this.b[this.pos++]!;
+  }
+  varint(): bigint {
+    let shift = 0n;
+    let out = 0n;
+    for (;;) {
+      const x = this.byte();
+      out |= BigInt(x & 0x7f) << shift;
+      if ((x & 0x80) === 0) return out;
+      shift += 7n;
+    }
+  }
+  skip(type: number): void {
+    switch (type) {
+      case T_TRUE:
+      case T_FALSE:
+        return; // in a struct, a bool is its field header; in a list, one byte (skipped by the list)
+      case T_BYTE:
+        this.pos++;
+        return;
+      case T_I16:
+      case T_I32:
+      case T_I64:
+        this.varint();
+        return;
+      case T_DOUBLE:
+        this.pos += 8;
+        return;
+      case T_BINARY: {
+        // Not `this.pos += …`: that reads pos before the varint moves it.
+        const n = Number(this.varint());
+        this.pos += n;
+        return;
+      }
+      case T_LIST:
+      case T_SET: {
+        const h = this.byte();
+        const n = h >> 4 === 15 ? Number(this.varint()) : h >> 4;
+        const et = h & 0x0f;
+        for (let i = 0; i < n; i++) {
+          if (et === T_TRUE || et === T_FALSE) this.pos++;
+          else this.skip(et);
+        }
+        return;
+      }
+      case T_MAP: {
+        const n = Number(this.varint());
+        if (n === 0) return;
+        const kv = this.byte();
+        for (let i = 0; i < n; i++) {
+          this.skip(kv >> 4);
+          this.skip(kv & 0x0f);
+        }
+        return;
+      }
+      case T_STRUCT:
+        for (const f of this.fields()) this.skip(f.type);
+        return;
+      default:
+        throw new Error(`unknown Thrift compact type ${type}`);
+    }
+  }
+  /** A struct's field headers, one by one; the caller reads or skips each value. */
+  *fields(): Generator<{ id: number; type: number }> {
+    let last = 0;
+    for (;;) {
+      const h = this.byte();
+      if (h === 0) return;
+      const type = h & 0x0f;
+      const delta = h >> 4;
+      const id = delta === 0 ? Number(zigzag(this.varint())) : last + delta;
+      last = id;
+      yield { id, type };
+    }
+  }
+}
+
+const zigzag = (v: bigint) => (v >> 1n) ^ -(v & 1n);
+
+function varintBytes(v: number): number[] {
+  const out: number[] = [];
+  let x = v >>> 0;
+  while (x >= 0x80) {
+    out.push((x & 0x7f) | 0x80);
+    x >>>= 7;
+  }
+  out.push(x);
+  return out;
+}
+
+/** A field header after field `last`. */
+function header(last: number, id: number, type: number): number[] {
+  const delta = id - last;
+  if (delta > 0 && delta <= 15) return [(delta << 4) | type];
+  return [type, ...varintBytes((id << 1) ^ (id >> 31))];
+}
+
+/** One schema element re-encoded with converted type and logical type JSON; its other fields as they were. */
+function jsonElement(r: Reader): Uint8Array {
+  const fields: { id: number; type: number; value: Uint8Array }[] = [];
+  for (const f of r.fields()) {
+    const start = r.pos;
+    r.skip(f.type);
+    if (f.id !== 6 && f.id !== 10) fields.push({ ...f, value: r.b.subarray(start, r.pos) });
+  }
+  fields.push({ id: 6, type: T_I32, value: CONVERTED_JSON }, { id: 10, type: T_STRUCT, value: LOGICAL_JSON });
+  fields.sort((a, b) => a.id - b.id);
+  const out: number[] = [];
+  let last = 0;
+  for (const f of fields) {
+    out.push(...header(last, f.id, f.type), ...f.value);
+    last = f.id;
+  }
+  out.push(0);
+  return Uint8Array.from(out);
+}
+
+/** The name of a schema element, read without moving `r`. */
+function nameOf(r: Reader): string | undefined {
+  const peek = new Reader(r.b);
+  peek.pos = r.pos;
+  for (const f of peek.fields()) {
+    if (f.id === 4 && f.type === T_BINARY) {
+      const n = Number(peek.varint());
+      return new TextDecoder().decode(peek.b.subarray(peek.pos, peek.pos + n));
+    }
+    peek.skip(f.type);
+  }
+  return undefined;
+}
+
+/**
+ * FileMetaData with the top-level schema elements named in `json` marked
+ * JSON. Field 2 (the schema list) is re-encoded and spliced in place: fields
+ * after it are delta-encoded from its id, which does not change.
+ */
+export function markJson(meta: Uint8Array, json: ReadonlySet<string>): Uint8Array {
+  const r = new Reader(meta);
+  for (const f of r.fields()) {
+    if (f.id !== 2 || f.type !== T_LIST) {
+      r.skip(f.type);
+      continue;
+    }
+    const listStart = r.pos;
+    const h = r.byte();
+    const n = h >> 4 === 15 ? Number(r.varint()) : h >> 4;
+    const parts: Uint8Array[] = [meta.subarray(listStart, r.pos)];
+    for (let i = 0; i < n; i++) {
+      const start = r.pos;
+      // Element 0 is the root; the columns follow, flat (a unit's columns are never nested).
+      const name = i > 0 ? nameOf(r) : undefined;
+      if (name !== undefined && json.has(name)) parts.push(jsonElement(r));
+      else {
+        r.skip(T_STRUCT);
+        parts.push(meta.subarray(start, r.pos));
+      }
+    }
+    const tail = meta.subarray(r.pos);
+    const size = listStart + parts.reduce((s, p) => s + p.length, 0) + tail.length;
+    const out = new Uint8Array(size);
+    out.set(meta.subarray(0, listStart), 0);
+    let at = listStart;
+    for (const p of [...parts, tail]) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
+  }
+  throw new Error('no schema in the footer');
+}
+
+/**
+ * A streamed Parquet file with the columns named in `json` marked JSON in its
+ * footer. Chunks pass on as they come but for the last HOLD bytes.
+ */
+export async function* withJsonColumns(body: AsyncIterable<Uint8Array>, json: ReadonlySet<string>): AsyncIterable<Uint8Array> {
+  if (json.size === 0) {
+    yield* body;
+    return;
+  }
+  const held: Uint8Array[] = [];
+  let heldBytes = 0;
+  for await (const chunk of body) {
+    held.push(chunk);
+    heldBytes += chunk.length;
+    while (held.length > 1 && heldBytes - held[0]!.length >= HOLD) {
+      const c = held.shift()!;
+      heldBytes -= c.length;
+      yield c;
+    }
+  }
+  const tail = new Uint8Array(heldBytes);
+  let at = 0;
+  for (const c of held) {
+    tail.set(c, at);
+    at += c.length;
+  }
+  const fail = (why: string) => new HypsinkError('HYPSINK_ERR_INVARIANT', `format-parquet: the Parquet writer's output ${why}; nothing of it was stored`);
+  if (tail.length < 8 || MAGIC.some((m, i) => tail[tail.length - 4 + i] !== m)) throw fail('does not end in a Parquet footer');
+  const len = new DataView(tail.buffer, tail.byteOffset + tail.length - 8, 4).getUint32(0, true);
+  if (len + 8 > tail.length) throw fail(`has a footer of ${len} bytes, more than the ${HOLD} bytes held back to mark its JSON columns`);
+  let meta: Uint8Array;
+  try {
+    meta = markJson(tail.subarray(tail.length - 8 - len, tail.length - 8), json);
+  } catch (e) {
+    throw fail(`has a footer that could not be read (${(e as Error).message})`);
+  }
+  yield tail.subarray(0, tail.length - 8 - len);
+  const end = new Uint8Array(meta.length + 8);
+  end.set(meta, 0);
+  new DataView(end.buffer).setUint32(meta.length, meta.length, true);
+  end.set(MAGIC, meta.length + 4);
+  yield end;
+}
