@@ -56,7 +56,8 @@ export interface RetentionPass {
 }
 
 /** What `ingest` reads: row objects (of the dataset's columns), or NDJSON bytes. */
-export type IngestInput = Iterable<Record<string, unknown>> | AsyncIterable<Record<string, unknown>> | Readable;
+// `object`, not `Record<string, unknown>`: rows typed by an interface (no index signature) fit too.
+export type IngestInput = Iterable<object> | AsyncIterable<object> | Readable;
 
 export interface HostIngestOptions extends Pick<IngestOptions, 'batchId' | 'onProgress'> {
   /** The partition value (host or app name): every row's `source`. */
@@ -591,7 +592,7 @@ export class Hypsink {
   }
 }
 
-async function* ndjsonLines(rows: Iterable<Record<string, unknown>> | AsyncIterable<Record<string, unknown>>): AsyncGenerator<string> {
+async function* ndjsonLines(rows: Iterable<object> | AsyncIterable<object>): AsyncGenerator<string> {
   for await (const row of rows) yield `${JSON.stringify(row)}\n`;
 }
 
