@@ -537,7 +537,9 @@ export class Hypsink {
   async acceptDestination(name: string): Promise<{ from: string | null; to: string }> {
     const s = await this.sink(name);
     if (s.destination === null && (await s.state.read())?.delivers === (s.delivers || undefined)) {
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its plugin does not say where its units go, so there is no destination to accept`);
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its plugin does not say where its units go, so there is no destination to accept`, {
+        hint: 'Nothing to do: a sink whose plugin names no destination is never refused for a moved one.',
+      });
     }
     const to = s.destination ?? '(unknown)';
     const from = await this.driver.quiesce([s.state], () => s.state.acceptDestination(s.destination, s.delivers));
