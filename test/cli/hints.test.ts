@@ -40,7 +40,7 @@ test('init over an existing file: the hint is --force', async () => {
   assert.match(hintOf(r.err), /--force/);
 });
 
-test('not JSON, and an unset ${VAR}: hints about the JSON and the environment', async () => {
+test('not JSON, and an unset environment variable: hints about the JSON and the environment', async () => {
   const dir = tempDir();
   const broken = await writeConfig(dir, '{ "datasets": { }, }', 'broken.json');
   const json = await cli('status', '--config', broken);
