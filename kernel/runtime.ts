@@ -57,7 +57,8 @@ export interface RetentionPass {
 }
 
 /** What `ingest` reads: row objects (of the dataset's columns), or NDJSON bytes. */
-export type IngestInput = Iterable<Record<string, unknown>> | AsyncIterable<Record<string, unknown>> | Readable;
+// `object`, not `Record<string, unknown>`: rows typed by an interface (no index signature) fit too.
+export type IngestInput = Iterable<object> | AsyncIterable<object> | Readable;
 
 export interface HostIngestOptions extends Pick<IngestOptions, 'batchId' | 'onProgress'> {
   /** The partition value (host or app name): every row's `source`. */
@@ -565,7 +566,9 @@ export class Hypsink {
   async acceptDestination(name: string): Promise<{ from: string | null; to: string }> {
     const s = await this.sink(name);
     if (s.destination === null && (await s.state.read())?.delivers === (s.delivers || undefined)) {
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its plugin does not say where its units go, so there is no destination to accept`);
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its plugin does not say where its units go, so there is no destination to accept`, {
+        hint: 'Nothing to do: a sink whose plugin names no destination is never refused for a moved one.',
+      });
     }
     const to = s.destination ?? '(unknown)';
     const from = await this.driver.quiesce([s.state], () => s.state.acceptDestination(s.destination, s.delivers));
@@ -620,7 +623,7 @@ export class Hypsink {
   }
 }
 
-async function* ndjsonLines(rows: Iterable<Record<string, unknown>> | AsyncIterable<Record<string, unknown>>): AsyncGenerator<string> {
+async function* ndjsonLines(rows: Iterable<object> | AsyncIterable<object>): AsyncGenerator<string> {
   for await (const row of rows) yield `${JSON.stringify(row)}\n`;
 }
 

@@ -1,6 +1,7 @@
 /** hypsink's public contract. Plugins import from here only. */
 export * from './access.js';
 export * from './config.js';
+export type * from './config-file.js';
 export * from './content.js';
 export * from './engine-types.js';
 export * from './errors.js';

@@ -39,7 +39,9 @@ export async function writeStarter(path: string, force: boolean): Promise<void> 
     await fsp.writeFile(path, JSON.stringify(STARTER, null, 2) + '\n', { flag: force ? 'w' : 'wx' });
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'EEXIST') {
-      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${path} already exists; pass --force to overwrite it`);
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `${path} already exists; pass --force to overwrite it`, {
+        hint: 'Keep the file and edit it, or run "hypsink init --force" to replace it with the starter config.',
+      });
     }
     throw e;
   }

@@ -27,7 +27,9 @@ export function interpolate(value: unknown, where: string, env: NodeJS.ProcessEn
     return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_m, key: string) => {
       const v = env[key];
       if (v === undefined) {
-        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: environment variable ${key} is not set (referenced as \${${key}})`);
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `${where}: environment variable ${key} is not set (referenced as \${${key}})`, {
+          hint: `Set ${key} in the environment hypsink runs in, or change the config value that names it.`,
+        });
       }
       registerSecret(v); // interpolated values are where secrets live: keep them out of logs
       return v;
@@ -158,7 +160,9 @@ function parseJson(text: string, file: string): unknown {
       const before = text.slice(0, Number(pos[1]));
       where = ` at line ${before.split('\n').length}, column ${before.length - before.lastIndexOf('\n')}`;
     }
-    throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: not valid JSON${where} (${msg})`);
+    throw new HypsinkError('HYPSINK_ERR_CONFIG', `${file}: not valid JSON${where} (${msg})`, {
+      hint: 'Fix the JSON at the line and column named (a trailing comma, a missing quote or a comment are the usual causes; "//" keys hold comments), then run again.',
+    });
   }
 }
 
@@ -177,7 +181,11 @@ export async function loadConfig(explicit: string | undefined, cwd = process.cwd
     file = candidate;
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    if (explicit) throw new HypsinkError('HYPSINK_ERR_CONFIG', `config file ${candidate} does not exist (run "hypsink init" to write one)`);
+    if (explicit) {
+      throw new HypsinkError('HYPSINK_ERR_CONFIG', `config file ${candidate} does not exist (run "hypsink init" to write one)`, {
+        hint: `Give the path of a config file that exists, or write one with "hypsink init --config ${explicit}".`,
+      });
+    }
   }
   return configFrom(raw, file, file ? dirname(file) : cwd);
 }

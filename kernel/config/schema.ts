@@ -143,3 +143,32 @@ export type Config = Omit<z.infer<typeof configSchema>, 'sinks'> & { sinks: Reco
 export function isBlobSink(s: SinkConfig): s is BlobSinkConfig {
   return 'writer' in s;
 }
+
+/**
+ * The public config type (types/config-file.ts, what `open({ config })` takes)
+ * names the keys this schema knows, at every level: a key added here and not
+ * there (or the other way) fails to compile, naming the level. @ref LLP 0070
+ */
+type Keys<T> = Exclude<keyof NonNullable<T>, '//'>;
+type SameKeys<Public, Schema> = [Keys<Public>] extends [Keys<Schema>] ? ([Keys<Schema>] extends [Keys<Public>] ? true : Keys<Schema> | Keys<Public>) : Keys<Schema> | Keys<Public>;
+type In = z.input<typeof configSchema>;
+type Maint = NonNullable<In['maintenance']>;
+type Pub = import('../../types/config-file.js').HypsinkConfig;
+type PubMaint = NonNullable<Pub['maintenance']>;
+type PubBlob = import('../../types/config-file.js').BlobSinkConfigInput;
+type PubRequest = import('../../types/config-file.js').RequestSinkConfigInput;
+type PubDataset = import('../../types/config-file.js').DatasetConfig;
+const publicConfigKeys: {
+  top: SameKeys<Pub, In>;
+  cache: SameKeys<Pub['cache'], In['cache']>;
+  state: SameKeys<Pub['state'], In['state']>;
+  driver: SameKeys<Pub['driver'], In['driver']>;
+  maintenance: SameKeys<PubMaint, Maint>;
+  retention: SameKeys<PubMaint['retention'], Maint['retention']>;
+  compaction: SameKeys<PubMaint['compaction'], Maint['compaction']>;
+  dataset: SameKeys<PubDataset, z.input<typeof datasetSchema>>;
+  column: SameKeys<PubDataset['columns'][number], z.input<typeof column>>;
+  blobSink: SameKeys<Exclude<keyof PubBlob, 'plugin'> extends infer K ? { [k in K & PropertyKey]: 0 } : never, z.input<typeof blobSink>>;
+  requestSink: SameKeys<Exclude<keyof PubRequest, 'writer' | 'destination'> extends infer K ? { [k in K & PropertyKey]: 0 } : never, z.input<typeof requestSink>>;
+} = { top: true, cache: true, state: true, driver: true, maintenance: true, retention: true, compaction: true, dataset: true, column: true, blobSink: true, requestSink: true };
+void publicConfigKeys;

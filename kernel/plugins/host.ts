@@ -62,6 +62,23 @@ class UnknownPlugin extends HypsinkError {
   }
 }
 
+const TS_FILE = /\.[mc]?ts$/;
+
+/**
+ * A plugin with TypeScript sources and no JavaScript: an installed hypsink runs
+ * no TypeScript loader, so it cannot load. Said as such, not as a failure hypsink
+ * has no code for. @ref LLP 0070
+ */
+function typescriptOnly(m: PluginManifest, spec: string, files: readonly string[]): HypsinkError {
+  return new HypsinkError(
+    'HYPSINK_ERR_PLUGIN',
+    `plugin ${m.name}: ${files.map((f) => shown(spec, f)).join(' and ')} ${files.length > 1 ? 'are' : 'is'} TypeScript, and hypsink loads plugins as JavaScript (it runs no TypeScript loader)`,
+    {
+      hint: 'Compile the plugin to JavaScript first (tsc, to dist/index.js), and name the .js module in plugin.json "main" or leave "main" out (see PLUGIN_AUTHORING.md, "The package").',
+    },
+  );
+}
+
 /** A plugin module's activate function (default or named export). */
 function activateOf(m: PluginManifest, file: string, mod: { default?: unknown; activate?: unknown }): ActivateFn {
   const fn = mod.activate ?? mod.default;
@@ -249,11 +266,24 @@ export class PluginHost {
       } catch {
         continue;
       }
-      return activateOf(m, shown(spec, rel), await import(pathToFileURL(file).href));
+      let mod: { default?: unknown; activate?: unknown };
+      try {
+        mod = await import(pathToFileURL(file).href);
+      } catch (e) {
+        // A plugin's module that does not load is the plugin's failure, not one hypsink has no code for. @ref LLP 0070
+        if (isHypsinkError(e)) throw e;
+        if ((e as NodeJS.ErrnoException).code === 'ERR_UNKNOWN_FILE_EXTENSION' && TS_FILE.test(rel)) throw typescriptOnly(m, spec, [rel]);
+        throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: ${shown(spec, rel)} does not load: ${(e as Error).message}`, {
+          cause: e,
+          hint: "Fix the plugin's module (or install what it imports), or ask its author; run with HYPSINK_LOG_LEVEL=debug for the stack.",
+        });
+      }
+      return activateOf(m, shown(spec, rel), mod);
     }
-    const ts = !FROM_SOURCES && !m.main && (await fsp.access(join(dir, 'src/index.ts')).then(() => true, () => false));
-    const hint = ts ? '; it has src/index.ts only: build it to JavaScript (dist/index.js), or name its module in plugin.json "main"' : '';
-    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${spec} (tried ${candidates.join(', ')})${hint}`);
+    const ts: string[] = [];
+    if (!FROM_SOURCES) for (const rel of ['src/index.ts', 'index.ts']) if (await fsp.access(join(dir, rel)).then(() => true, () => false)) ts.push(rel);
+    if (ts.length > 0 && !m.main) throw typescriptOnly(m, spec, ts);
+    throw new HypsinkError('HYPSINK_ERR_PLUGIN', `plugin ${m.name}: no module found in ${spec} (tried ${candidates.join(', ')})`);
   }
 
   private async activate(m: PluginManifest, activate: ActivateFn, builtin: boolean): Promise<void> {

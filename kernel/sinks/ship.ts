@@ -96,6 +96,7 @@ function otherTransforms(sink: SinkRuntime, p: PartitionRef, i: Intent): Hypsink
     'HYPSINK_ERR_CONFIG',
     `sink "${sink.name}": ${rangeText(p, i.since, i.until)} (id ${i.unit}) was recorded ${i.transforms ? 'under other transforms than the sink has now' : 'without the transforms the sink has now'}, and may already be delivered that way; ` +
       'finishing it with these would give one unit two shapes. Restore the transforms it was recorded with (sink.json and the intent show them) until it is exported, then change them',
+    { hint: `Put the sink's transforms back as recorded, export until "hypsink status" shows no intent for ${p.dataset}/source=${p.source}, then change them.` },
   );
 }
 

@@ -299,6 +299,7 @@ export function project(batch: RecordBatch, cols: readonly ColumnSpec[]): Record
       throw new HypsinkError(
         'HYPSINK_ERR_CONFIG',
         `column "${c.name}" is ${child.type} in the cache but ${c.type} in the schema; only adding nullable columns is allowed`,
+        { hint: `Give column "${c.name}" its type back in the dataset's schema; for another type, add a new nullable column.` },
       );
     } else {
       children.push(child.data[0]!);

@@ -11,7 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { promises as fsp, readFileSync, realpathSync } from 'node:fs';
+import { existsSync, promises as fsp, readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { before, test } from 'node:test';
 import { tableFromIPC } from 'apache-arrow';
@@ -91,6 +91,7 @@ function hostLock(tarball: string): { pkg: object; lock: object } {
 const work = tempDir('hypsink-pack-');
 let host: string;
 let hypsinkTgz: string;
+const packageJsonBefore = readFileSync(join(REPO, 'package.json'), 'utf8');
 const bin = () => join(host, 'node_modules/.bin/hypsink');
 const tsc = () => join(host, 'node_modules/typescript/bin/tsc');
 
@@ -115,6 +116,41 @@ test('the tarball ships only what a user needs: compiled code, types, the CLI an
   assert.deepEqual(outside, [], 'nothing else (no test/, bench/, sources or local data)');
   for (const f of ['dist/cli/main.js', 'dist/kernel/api.js', 'dist/kernel/api.d.ts', 'dist/types/index.d.ts', 'dist/testing/index.js', 'dist/plugins/s3/plugin.json']) {
     assert.ok(files.includes(f), `ships ${f}`);
+  }
+});
+
+// Issue 28: the packed package.json kept the checkout's scripts, among them a `prepare` whose
+// file is not shipped; packing left the checkout's package.json as it was.
+test('the packed package.json has none of the checkout’s scripts; the checkout’s package.json is untouched by packing', async () => {
+  const packed = JSON.parse((await ok('tar', ['xzOf', hypsinkTgz, 'package/package.json'], host)).out) as { scripts?: Record<string, string>; bin?: unknown };
+  assert.equal(packed.scripts, undefined, `no scripts: ${JSON.stringify(packed.scripts)}`);
+  assert.deepEqual(packed.bin, { hypsink: 'bin/hypsink.js' });
+  assert.equal(readFileSync(join(REPO, 'package.json'), 'utf8'), packageJsonBefore, 'package.json restored after the pack');
+  assert.ok(!existsSync(join(REPO, '.package.json.packing')), 'no copy left behind');
+});
+
+// Issue 28: a TypeScript-only plugin failed as HYPSINK_ERR_UNEXPECTED ("report it").
+test('a TypeScript plugin is refused by the installed CLI as a plugin error that says to compile it', async () => {
+  for (const [name, manifest, file] of [
+    ['ts-main', { main: 'index.ts' }, 'index.ts'],
+    ['ts-root', {}, 'index.ts'],
+    ['ts-src', {}, 'src/index.ts'],
+  ] as const) {
+    const dir = join(host, name);
+    await fsp.mkdir(join(dir, 'src'), { recursive: true });
+    await fsp.writeFile(join(dir, 'plugin.json'), JSON.stringify({ name, version: '1.0.0', provides: ['sink'], ...manifest }));
+    await fsp.writeFile(join(dir, file), `export default function activate(ctx: { registerSink(f: object): void }): void {\n  ctx.registerSink({ name: '${name}', create: () => ({}) });\n}\n`);
+    const cfg = JSON.parse(SAMPLE_CONFIG_TEXT) as Record<string, unknown>;
+    cfg.plugins = [`./${name}`];
+    cfg.cache = { root: `.hypsink/${name}-cache` };
+    cfg.state = { dir: `.hypsink/${name}-state` };
+    cfg.sinks = { t: { plugin: name, datasets: ['events'] } };
+    await fsp.writeFile(join(host, `${name}.config.json`), JSON.stringify(cfg));
+    const r = await run(bin(), ['validate', '--config', `${name}.config.json`], host);
+    assert.equal(r.code, 2, `${name}: ${r.out}${r.err}`);
+    assert.match(r.err, new RegExp(`HYPSINK_ERR_PLUGIN: plugin ${name}: .*${file.replace('.', '\\.')}.* TypeScript`), name);
+    assert.match(r.err, /→ Compile the plugin to JavaScript first/, name);
+    assert.doesNotMatch(r.err, /HYPSINK_ERR_UNEXPECTED/, name);
   }
 });
 
