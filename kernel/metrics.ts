@@ -2,9 +2,10 @@
  * Prometheus metrics for `hypsink run --metrics-port p` (prom-client). Counters
  * come from lifecycle hooks; gauges (pending rows, watermark, gap rows) are read
  * from the watermark store and manifests at scrape time, so they are right even
- * for exports done by another process.
+ * for exports done by another process; during a tick, a scrape shows the last
+ * reading instead of waiting for the tick (LLP 0068).
  */
-import { createServer, type Server } from 'node:http';
+import { Worker } from 'node:worker_threads';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { HypsinkError } from '../types/errors.js';
 import type { Hypsink } from './runtime.js';
@@ -27,7 +28,7 @@ function listenError(e: NodeJS.ErrnoException, port: number, host: string): Erro
   return e;
 }
 
-export function createMetrics(k: Hypsink): Registry {
+export function createMetrics(k: Hypsink): Metrics {
   const registry = new Registry();
   const labels = ['sink', 'dataset', 'source'] as const;
   const rows = new Counter({ name: 'hypsink_exported_rows_total', help: 'Rows exported', labelNames: labels, registers: [registry] });
@@ -54,39 +55,141 @@ export function createMetrics(k: Hypsink): Registry {
   k.hooks.partitionFailed.tap('metrics', (e) => failures.inc(l(e.sink, e.partition)));
   k.hooks.tickEnd.tap('metrics', (e) => ticks.observe({ sink: e.sink }, (Date.now() - e.startedAt.getTime()) / 1000));
 
-  // Gauges are refreshed once per scrape from durable state.
-  const refresh = async () => {
-    const s = await k.status();
-    for (const sink of s.sinks) {
-      for (const p of sink.partitions) {
-        pending.set(l(sink.name, p), p.pendingRows);
-        gap.set(l(sink.name, p), p.gapRows);
-        watermark.set(l(sink.name, p), p.watermark === null ? -1 : Number(p.watermark));
+  // Gauges are refreshed from durable state: one refresh at a time, and a scrape that comes
+  // while one runs is answered by it (or by the next one it starts).
+  let refreshing: Promise<void> | null = null;
+  const refresh = (): Promise<void> => {
+    refreshing ??= (async () => {
+      try {
+        const s = await k.status();
+        for (const sink of s.sinks) {
+          for (const p of sink.partitions) {
+            pending.set(l(sink.name, p), p.pendingRows);
+            gap.set(l(sink.name, p), p.gapRows);
+            watermark.set(l(sink.name, p), p.watermark === null ? -1 : Number(p.watermark));
+          }
+        }
+        refreshed.set(Date.now() / 1000);
+      } finally {
+        refreshing = null;
       }
-    }
+    })();
+    return refreshing;
   };
-  const metricsFn = registry.metrics.bind(registry);
-  registry.metrics = async () => {
-    await refresh();
-    return metricsFn();
+  const refreshed = new Gauge({
+    name: 'hypsink_status_refreshed_timestamp_seconds',
+    help: 'When the pending, gap and watermark gauges were last read from durable state (during a tick a scrape shows the last reading)',
+    registers: [registry],
+  });
+  // Ticks running now: during one, a scrape is answered with the last rendering.
+  let ticking = 0;
+  let onTicking: ((ticking: boolean) => void) | undefined;
+  k.hooks.tickStart.tap('metrics', () => {
+    ticking++;
+    onTicking?.(true);
+  });
+  k.hooks.tickEnd.tap('metrics', () => {
+    ticking = Math.max(0, ticking - 1);
+    onTicking?.(ticking > 0);
+  });
+  return {
+    registry,
+    refresh,
+    ticking: () => ticking > 0,
+    set onTicking(fn: ((ticking: boolean) => void) | undefined) {
+      onTicking = fn;
+    },
   };
-  return registry;
 }
 
-export async function serveMetrics(registry: Registry, port: number, host = '127.0.0.1'): Promise<Server> {
-  const server = createServer((req, res) => {
-    if (req.url !== '/metrics') {
-      res.writeHead(404).end('see /metrics\n');
-      return;
-    }
-    registry.metrics().then(
-      (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),
-      (e: Error) => res.writeHead(500).end(`${e.message}\n`),
-    );
-  });
-  await new Promise<void>((ok, fail) => {
-    server.once('error', (e: NodeJS.ErrnoException) => fail(listenError(e, port, host)));
-    server.listen(port, host, ok);
-  });
-  return server;
+/**
+ * The server answers from a thread of its own with the last exposition the
+ * kernel's thread rendered: a tick keeps the kernel's thread busy in slices
+ * of encoding, and `status()` needs many turns of it, so a scrape answered
+ * there waited for the tick (seconds on a busy machine). Outside a tick the
+ * server asks the kernel's thread for a fresh rendering and waits for it (its
+ * gauges read at scrape time); during one it answers at once with the last
+ * rendering and asks for a new one for the next scrape.
+ * @ref LLP 0068
+ */
+const SERVER = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { createServer } = require('node:http');
+let text = workerData.text;
+let busy = false;
+let next = 0;
+const waiting = new Map();
+parentPort.on('message', (m) => {
+  if (m.type === 'text') {
+    text = m.text;
+    for (const res of waiting.get(m.id) ?? []) answer(res);
+    waiting.delete(m.id);
+  } else if (m.type === 'busy') busy = m.busy;
+  else if (m.type === 'failed') {
+    for (const res of waiting.get(m.id) ?? []) res.writeHead(500).end(m.message + '\\n');
+    waiting.delete(m.id);
+  }
+});
+const answer = (res) => res.writeHead(200, { 'Content-Type': workerData.contentType }).end(text);
+const server = createServer((req, res) => {
+  if (req.url !== '/metrics') return void res.writeHead(404).end('see /metrics\\n');
+  const id = ++next;
+  if (busy) answer(res);
+  else waiting.set(id, [res]);
+  parentPort.postMessage({ type: 'render', id });
+});
+server.once('error', (e) => parentPort.postMessage({ type: 'listenError', code: e.code, message: e.message }));
+server.listen(workerData.port, workerData.host, () => parentPort.postMessage({ type: 'listening', port: server.address().port }));
+`;
+
+export interface Metrics {
+  readonly registry: Registry;
+  /** Read the gauges from durable state (one reading at a time). */
+  refresh(): Promise<void>;
+  /** Whether a tick is running (then a scrape is answered with the last rendering). */
+  ticking(): boolean;
+  /** Told when a tick starts and when the last running one ends (the server's). */
+  onTicking: ((ticking: boolean) => void) | undefined;
+}
+
+export interface MetricsServer {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+export async function serveMetrics(m: Metrics, port: number, host = '127.0.0.1'): Promise<MetricsServer> {
+  const { registry } = m;
+  await m.refresh();
+  const worker = new Worker(SERVER, { eval: true, workerData: { port, host, contentType: registry.contentType, text: await registry.metrics() } });
+  const render = (id: number) =>
+    m
+      .refresh()
+      .then(() => registry.metrics())
+      .then(
+        (text) => worker.postMessage({ type: 'text', id, text }),
+        (e: Error) => worker.postMessage({ type: 'failed', id, message: e.message }),
+      );
+  m.onTicking = (busy) => worker.postMessage({ type: 'busy', busy });
+  if (m.ticking()) worker.postMessage({ type: 'busy', busy: true });
+  try {
+    const bound = await new Promise<number>((ok, fail) => {
+      worker.on('message', (msg: { type: string; id: number; port: number; code?: string; message: string }) => {
+        if (msg.type === 'render') void render(msg.id);
+        else if (msg.type === 'listening') ok(msg.port);
+        else if (msg.type === 'listenError') fail(listenError(Object.assign(new Error(msg.message), { code: msg.code }), port, host));
+      });
+      worker.once('error', fail);
+    });
+    return {
+      port: bound,
+      async close() {
+        m.onTicking = undefined;
+        await worker.terminate();
+      },
+    };
+  } catch (e) {
+    m.onTicking = undefined;
+    await worker.terminate();
+    throw e;
+  }
 }
