@@ -3,6 +3,7 @@
  * and driver. Every CLI command is a method here, so tests drive the same code.
  */
 import { join } from 'node:path';
+import pLimit from 'p-limit';
 import { Readable } from 'node:stream';
 import type { Logger as Pino } from 'pino';
 import { HypsinkError, isHypsinkError } from '../types/errors.js';
@@ -33,6 +34,9 @@ import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
 import { type SinkVerify, type VerifyReport, verifySink } from './sinks/verify.js';
 import { renameStateNamesV1 } from './store/segments-v1.js';
 import { mkdirs } from './io/mkdirs.js';
+
+/** Partitions `status` reads at once (each holds a few files open meanwhile). */
+const STATUS_READS = 8;
 
 export interface RuntimeOptions {
   readonly log?: Pino;
@@ -403,41 +407,51 @@ export class Hypsink {
     return out;
   }
 
-  /** The status of one sink's partitions of its datasets, from durable state. */
+  /**
+   * The status of one sink's partitions of its datasets, from durable state.
+   * Partitions are read a few at a time, and each one's independent reads at
+   * once: during a tick every await waits for a turn of a busy thread, so
+   * status costs turns, not bytes. @ref LLP 0068
+   */
   private async partitionsOf(state: SinkState, datasets: Iterable<string>): Promise<PartitionStatus[]> {
-    const partitions: PartitionStatus[] = [];
-    for (const ds of datasets) {
-      if (!(ds in this.loaded.config.datasets)) continue;
-      for (const p of await this.cache.listPartitions(ds)) {
-        const found = await state.watermarks.find(p);
-        const rec = found ?? state.watermarks.empty(p);
-        const base = found ? (found.baseRows ?? 0) : await prunedForAll(this.cache, p);
-        const stats = await this.cache.storage.stats(p);
-        const since = rec.continuation;
-        const pendingRows = await this.cache.storage.countRowsSince(p, { since });
-        const gapPending = (await forcedAbove(this.cache.store(p), since ? BigInt(since.seq) : -1n)).reduce((n, [a, b]) => n + Number(b - a + 1n), 0);
-        partitions.push({
-          dataset: p.dataset,
-          source: p.source,
-          watermark: since?.seq ?? null,
-          highWater: stats.highWater,
-          committedRows: stats.committedRows - base,
-          pendingRows,
-          exportedRows: rec.exportedRowCount,
-          intent: rec.intent && { since: rec.intent.since, until: rec.intent.until, unit: rec.intent.unit },
-          gapRows: rec.gapRows + gapPending,
-          rejectedRows: rec.rejectedRows ?? 0,
-          lastExportAt: rec.lastExportAt,
-          lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
-        });
-      }
-    }
-    return partitions;
+    const refs: PartitionRef[] = [];
+    for (const ds of datasets) if (ds in this.loaded.config.datasets) refs.push(...(await this.cache.listPartitions(ds)));
+    const limit = pLimit(STATUS_READS);
+    return Promise.all(
+      refs.map((p) =>
+        limit(async (): Promise<PartitionStatus> => {
+          const [found, stats] = await Promise.all([state.watermarks.find(p), this.cache.storage.stats(p)]);
+          const rec = found ?? state.watermarks.empty(p);
+          const since = rec.continuation;
+          const [base, pendingRows, forced] = await Promise.all([
+            found ? (found.baseRows ?? 0) : prunedForAll(this.cache, p),
+            this.cache.storage.countRowsSince(p, { since }),
+            forcedAbove(this.cache.store(p), since ? BigInt(since.seq) : -1n),
+          ]);
+          const gapPending = forced.reduce((n, [a, b]) => n + Number(b - a + 1n), 0);
+          return {
+            dataset: p.dataset,
+            source: p.source,
+            watermark: since?.seq ?? null,
+            highWater: stats.highWater,
+            committedRows: stats.committedRows - base,
+            pendingRows,
+            exportedRows: rec.exportedRowCount,
+            intent: rec.intent && { since: rec.intent.since, until: rec.intent.until, unit: rec.intent.unit },
+            gapRows: rec.gapRows + gapPending,
+            rejectedRows: rec.rejectedRows ?? 0,
+            lastExportAt: rec.lastExportAt,
+            lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
+          };
+        }),
+      ),
+    );
   }
 
   async status(): Promise<StatusReport> {
-    const sinks: SinkStatus[] = [];
-    for (const s of this.sinks.values()) sinks.push({ name: s.name, kind: s.kind, partitions: await this.partitionsOf(s.state, s.datasets) });
+    const sinks: SinkStatus[] = await Promise.all(
+      [...this.sinks.values()].map(async (s) => ({ name: s.name, kind: s.kind, partitions: await this.partitionsOf(s.state, s.datasets) })),
+    );
     // Sinks not in this config whose state still holds rows back from retention.
     const absent: AbsentSinkStatus[] = [];
     for (const h of await this.holders()) {
