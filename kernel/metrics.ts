@@ -8,7 +8,7 @@
 import { Worker } from 'node:worker_threads';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { HypsinkError } from '../types/errors.js';
-import type { Hypsink } from './runtime.js';
+import type { Busy, Hypsink } from './runtime.js';
 
 /** The port comes from the command line: a port taken or not ours to take is the operator's to change, not a crash. */
 function listenError(e: NodeJS.ErrnoException, port: number, host: string): Error {
@@ -81,35 +81,18 @@ export function createMetrics(k: Hypsink): Metrics {
     help: 'When the pending, gap and watermark gauges were last read from durable state (during a tick a scrape shows the last reading)',
     registers: [registry],
   });
-  // Ticks running now: during one, a scrape is answered with the last rendering.
-  let ticking = 0;
-  let onTicking: ((ticking: boolean) => void) | undefined;
-  k.hooks.tickStart.tap('metrics', () => {
-    ticking++;
-    onTicking?.(true);
-  });
-  k.hooks.tickEnd.tap('metrics', () => {
-    ticking = Math.max(0, ticking - 1);
-    onTicking?.(ticking > 0);
-  });
-  return {
-    registry,
-    refresh,
-    ticking: () => ticking > 0,
-    set onTicking(fn: ((ticking: boolean) => void) | undefined) {
-      onTicking = fn;
-    },
-  };
+  return { registry, refresh, busy: k.busy };
 }
 
 /**
  * The server answers from a thread of its own with the last exposition the
- * kernel's thread rendered: a tick keeps the kernel's thread busy in slices
- * of encoding, and `status()` needs many turns of it, so a scrape answered
- * there waited for the tick (seconds on a busy machine). Outside a tick the
- * server asks the kernel's thread for a fresh rendering and waits for it (its
- * gauges read at scrape time); during one it answers at once with the last
- * rendering and asks for a new one for the next scrape.
+ * kernel's thread rendered. A tick holds the kernel's thread in stretches of
+ * decoding and encoding, and `status()` needs many turns of it, so a scrape
+ * answered there waited for the tick (2–11 s). While no flush, export or
+ * maintenance runs, the server asks the kernel's thread for a fresh rendering
+ * and waits for it (the gauges read at scrape time); while one runs it answers
+ * at once with the last rendering and asks for a new one, for the next scrape.
+ * A scrape still waiting when work begins is answered then.
  * @ref LLP 0068
  */
 const SERVER = `
@@ -119,23 +102,26 @@ let text = workerData.text;
 let busy = false;
 let next = 0;
 const waiting = new Map();
+const answer = (res) => res.writeHead(200, { 'Content-Type': workerData.contentType }).end(text);
 parentPort.on('message', (m) => {
   if (m.type === 'text') {
     text = m.text;
-    for (const res of waiting.get(m.id) ?? []) answer(res);
+    if (waiting.has(m.id)) answer(waiting.get(m.id));
     waiting.delete(m.id);
-  } else if (m.type === 'busy') busy = m.busy;
-  else if (m.type === 'failed') {
-    for (const res of waiting.get(m.id) ?? []) res.writeHead(500).end(m.message + '\\n');
+  } else if (m.type === 'failed') {
+    waiting.get(m.id)?.writeHead(500).end(m.message + '\\n');
     waiting.delete(m.id);
+  } else if (m.type === 'busy') {
+    busy = m.busy;
+    if (busy) for (const res of waiting.values()) answer(res);
+    if (busy) waiting.clear();
   }
 });
-const answer = (res) => res.writeHead(200, { 'Content-Type': workerData.contentType }).end(text);
 const server = createServer((req, res) => {
   if (req.url !== '/metrics') return void res.writeHead(404).end('see /metrics\\n');
   const id = ++next;
   if (busy) answer(res);
-  else waiting.set(id, [res]);
+  else waiting.set(id, res);
   parentPort.postMessage({ type: 'render', id });
 });
 server.once('error', (e) => parentPort.postMessage({ type: 'listenError', code: e.code, message: e.message }));
@@ -146,10 +132,8 @@ export interface Metrics {
   readonly registry: Registry;
   /** Read the gauges from durable state (one reading at a time). */
   refresh(): Promise<void>;
-  /** Whether a tick is running (then a scrape is answered with the last rendering). */
-  ticking(): boolean;
-  /** Told when a tick starts and when the last running one ends (the server's). */
-  onTicking: ((ticking: boolean) => void) | undefined;
+  /** The kernel's flushes, exports and maintenance: while any runs, a scrape is answered with the last rendering. */
+  readonly busy: Busy;
 }
 
 export interface MetricsServer {
@@ -169,8 +153,8 @@ export async function serveMetrics(m: Metrics, port: number, host = '127.0.0.1')
         (text) => worker.postMessage({ type: 'text', id, text }),
         (e: Error) => worker.postMessage({ type: 'failed', id, message: e.message }),
       );
-  m.onTicking = (busy) => worker.postMessage({ type: 'busy', busy });
-  if (m.ticking()) worker.postMessage({ type: 'busy', busy: true });
+  const unlisten = m.busy.listen((busy) => worker.postMessage({ type: 'busy', busy }));
+  if (m.busy.active) worker.postMessage({ type: 'busy', busy: true });
   try {
     const bound = await new Promise<number>((ok, fail) => {
       worker.on('message', (msg: { type: string; id: number; port: number; code?: string; message: string }) => {
@@ -183,12 +167,12 @@ export async function serveMetrics(m: Metrics, port: number, host = '127.0.0.1')
     return {
       port: bound,
       async close() {
-        m.onTicking = undefined;
+        unlisten();
         await worker.terminate();
       },
     };
   } catch (e) {
-    m.onTicking = undefined;
+    unlisten();
     await worker.terminate();
     throw e;
   }

@@ -76,6 +76,12 @@ export class Hypsink {
   readonly driver: SinkDriver;
   /** @internal Where large ingests parse (LLP 0016). */
   readonly parsers = new ParseWorker();
+  /**
+   * @internal Flushes, exports and maintenance running now: they hold this thread in
+   * stretches, so a reader that must answer promptly (the metrics server) answers
+   * from what it last read while any runs. @ref LLP 0068
+   */
+  readonly busy = new Busy();
   private readonly abort = new AbortController();
   /** Aborted when a drain begins: no new unit starts; running ones go on under `signal`. */
   private readonly drainer = new AbortController();
@@ -250,9 +256,11 @@ export class Hypsink {
 
   /** Commit every spooled row to the cache's partitions. */
   async flush(): Promise<FlushResult> {
-    const r = await this.cache.flushAll();
-    if (r.partitions.length > 0) await this.hooks.cacheFlushed.promise({ partitions: r.partitions });
-    return r;
+    return this.busy.run(async () => {
+      const r = await this.cache.flushAll();
+      if (r.partitions.length > 0) await this.hooks.cacheFlushed.promise({ partitions: r.partitions });
+      return r;
+    });
   }
 
   /**
@@ -269,6 +277,10 @@ export class Hypsink {
       onUnit?: (sink: string, rows: number) => void;
     } = {},
   ): Promise<TickReport[]> {
+    return this.busy.run(() => this.exportNow(name, opts));
+  }
+
+  private async exportNow(name: string | undefined, opts: Parameters<Hypsink['export']>[1] & object): Promise<TickReport[]> {
     const targets = name ? [await this.sink(name)] : await Promise.all([...this.sinks.keys()].map((n) => this.sink(n)));
     const out: TickReport[] = [];
     for (const s of targets) {
@@ -357,6 +369,10 @@ export class Hypsink {
     tables?: boolean;
     scheduled?: boolean;
   }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[]; tables: { sink: string; done: string }[] }> {
+    return this.busy.run(() => this.maintainNow(what));
+  }
+
+  private async maintainNow(what: Parameters<Hypsink['maintain']>[0]): Promise<Awaited<ReturnType<Hypsink['maintain']>>> {
     const m = this.loaded.config.maintenance;
     const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[], tables: [] as { sink: string; done: string }[] };
     if (what.tables) out.tables = await this.maintainTables();
@@ -733,3 +749,28 @@ class TickRequests {
   }
 }
 
+
+/** Work in progress that holds the kernel's thread in stretches: counted, with a listener told when it begins and ends. */
+export class Busy {
+  private running = 0;
+  private readonly listeners = new Set<(busy: boolean) => void>();
+
+  get active(): boolean {
+    return this.running > 0;
+  }
+
+  /** Told `true` when work begins with none running, `false` when the last ends; returns the unsubscribe. */
+  listen(listener: (busy: boolean) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.running++ === 0) for (const l of this.listeners) l(true);
+    try {
+      return await fn();
+    } finally {
+      if (--this.running === 0) for (const l of this.listeners) l(false);
+    }
+  }
+}

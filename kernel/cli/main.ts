@@ -9,6 +9,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/flags.js';
 import { accessError } from '../../types/access.js';
 import { ERROR_CODES, HypsinkError, isHypsinkError } from '../../types/errors.js';
+import { parseDuration } from '../config/duration.js';
 import type { Hypsink } from '../runtime.js';
 
 // Each command imports what it runs when it runs: `--help` loads commander only, `ingest` and
@@ -85,6 +86,32 @@ function portNumber(v: string): number {
   const n = Number(v);
   if (!/^\d+$/.test(v) || n > 65535) throw new InvalidArgumentError('must be a port number 0-65535.');
   return n;
+}
+
+/** How long a drain waits for running units by default (README "Shutdown"). */
+const DRAIN_TIMEOUT_MS = 30_000;
+
+/** `--drain-timeout`: a duration ("90s", "2m", "500ms") or a number of milliseconds. */
+function drainTimeout(v: string): number {
+  const ms = parseDuration(/^\d+$/.test(v) ? Number(v) : v);
+  if (ms === null) throw new InvalidArgumentError('must be a duration such as 30s, 2m or 500ms (or a number of milliseconds).');
+  return ms;
+}
+
+/**
+ * `run --require-healthy`: every sink's destination reached as `validate
+ * --connect` reaches it; any failure refuses the start, naming each failed sink
+ * and its error. @ref LLP 0068
+ */
+async function requireHealthy(k: Hypsink, io: Out): Promise<void> {
+  const [checks, { maskSecrets }, { checkLine, connectionFailure }] = await Promise.all([k.checkConnections(), logs(), import('../sinks/connect.js')]);
+  const failure = connectionFailure(checks);
+  if (!failure) return;
+  const failed = checks.filter((c) => !c.ok);
+  for (const c of failed) io.err(maskSecrets(`hypsink: ${checkLine(c)}`));
+  throw new HypsinkError(failure.code, `run --require-healthy: not starting: ${failed.map((c) => maskSecrets(checkLine(c))).join('; ')}`, {
+    hint: 'Fix what each FAILED line says and start again ("hypsink validate --connect" checks the same without starting); without --require-healthy, hypsink run starts anyway and retries each tick.',
+  });
 }
 
 export function buildProgram(io: Out = stdio): Command {
@@ -214,13 +241,18 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('run')
-    .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM')
+    .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM (a second one exits at once)')
     .option('--config <file>', 'config file')
     .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', portNumber)
-    .action(async (o: { metricsPort?: number }, cmd: Command) => {
+    .option('--drain-timeout <duration>', 'how long a drain waits for running units before aborting them, e.g. 30s, 2m, 500ms', drainTimeout, DRAIN_TIMEOUT_MS)
+    .option('--require-healthy', "refuse to start when a sink's destination fails its connection check (what validate --connect checks)")
+    .action(async (o: { metricsPort?: number; drainTimeout: number; requireHealthy?: boolean }, cmd: Command) => {
       const k = await open(cmd);
       try {
-        await k.buildSinks(); // a sink's config error ends `run` now (exit 2), not at every tick
+        // A sink's config error ends `run` now (exit 2), not at every tick; with
+        // --require-healthy, so does a destination that cannot be reached. @ref LLP 0068
+        if (o.requireHealthy) await requireHealthy(k, io);
+        else await k.buildSinks();
       } catch (e) {
         await k.close();
         throw e;
@@ -235,22 +267,29 @@ export function buildProgram(io: Out = stdio): Command {
                 await k.close();
                 throw e;
               });
-      if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');
+      if (metrics) k.log.info({ port: metrics.port }, 'metrics on /metrics');
       const d = new Daemon(k, {
         onTick: (r) => k.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick'),
+        drainMs: o.drainTimeout,
       });
       d.start();
-      k.log.info({ sinks: [...k.sinks.keys()] }, 'hypsink running; Ctrl-C to stop');
+      k.log.info({ sinks: [...k.sinks.keys()], drainTimeoutMs: o.drainTimeout }, 'hypsink running; Ctrl-C to stop (a second Ctrl-C exits at once)');
       await new Promise<void>((done) => {
         let draining = false;
-        const stop = () => {
+        const stop = (signal: NodeJS.Signals) => {
           if (draining) {
-            k.log.warn('already draining; the drain ends within its bound');
-            return;
+            // The operator asked twice: exit now. Safe as a crash is: a unit cut off here
+            // keeps its intent on disk and the next run finishes it under the same
+            // identity, exactly once. @ref LLP 0068
+            k.log.warn(
+              { signal },
+              `second ${signal}: exiting now without waiting for the drain; a unit cut off keeps its intent and the next run finishes it, exactly once`,
+            );
+            process.exit(128 + (signal === 'SIGINT' ? 2 : 15));
           }
           draining = true;
-          k.log.info('draining');
-          metrics?.close();
+          k.log.info({ signal, drainTimeoutMs: o.drainTimeout }, `draining: running units get up to ${o.drainTimeout} ms; ${signal} again to exit at once`);
+          void metrics?.close();
           void d.stop().then(done);
         };
         // Kept for the whole drain, not `once`: signal-exit (under proper-lockfile and
