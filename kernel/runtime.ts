@@ -4,6 +4,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import { join } from 'node:path';
+import pLimit from 'p-limit';
 import { Readable } from 'node:stream';
 import type { Logger as Pino } from 'pino';
 import { HypsinkError, isHypsinkError } from '../types/errors.js';
@@ -34,6 +35,9 @@ import { SinkState, sinkStatesOnDisk, sinksRoot } from './sinks/states.js';
 import { type SinkVerify, type VerifyReport, verifySink } from './sinks/verify.js';
 import { renameStateNamesV1 } from './store/segments-v1.js';
 import { mkdirs } from './io/mkdirs.js';
+
+/** Partitions `status` reads at once (each holds a few files open meanwhile). */
+const STATUS_READS = 8;
 
 export interface RuntimeOptions {
   readonly log?: Pino;
@@ -74,6 +78,12 @@ export class Hypsink {
   readonly driver: SinkDriver;
   /** @internal Where large ingests parse (LLP 0016). */
   readonly parsers = new ParseWorker();
+  /**
+   * @internal Flushes, exports and maintenance running now: they hold this thread in
+   * stretches, so a reader that must answer promptly (the metrics server) answers
+   * from what it last read while any runs. @ref LLP 0068
+   */
+  readonly busy = new Busy();
   private readonly abort = new AbortController();
   /** Aborted when a drain begins: no new unit starts; running ones go on under `signal`. */
   private readonly drainer = new AbortController();
@@ -274,9 +284,11 @@ export class Hypsink {
 
   /** Commit every spooled row to the cache's partitions. */
   async flush(): Promise<FlushResult> {
-    const r = await this.cache.flushAll();
-    if (r.partitions.length > 0) await this.hooks.cacheFlushed.promise({ partitions: r.partitions });
-    return r;
+    return this.busy.run(async () => {
+      const r = await this.cache.flushAll();
+      if (r.partitions.length > 0) await this.hooks.cacheFlushed.promise({ partitions: r.partitions });
+      return r;
+    });
   }
 
   /**
@@ -295,6 +307,10 @@ export class Hypsink {
       halt?: AbortSignal;
     } = {},
   ): Promise<TickReport[]> {
+    return this.busy.run(() => this.exportNow(name, opts));
+  }
+
+  private async exportNow(name: string | undefined, opts: Parameters<Hypsink['export']>[1] & object): Promise<TickReport[]> {
     const targets = name ? [await this.sink(name)] : await Promise.all([...this.sinks.keys()].map((n) => this.sink(n)));
     const out: TickReport[] = [];
     for (const s of targets) {
@@ -383,6 +399,10 @@ export class Hypsink {
     tables?: boolean;
     scheduled?: boolean;
   }): Promise<{ retention: RetentionResult[]; compaction: CompactResult[]; tables: { sink: string; done: string }[] }> {
+    return this.busy.run(() => this.maintainNow(what));
+  }
+
+  private async maintainNow(what: Parameters<Hypsink['maintain']>[0]): Promise<Awaited<ReturnType<Hypsink['maintain']>>> {
     const m = this.loaded.config.maintenance;
     const out = { retention: [] as RetentionResult[], compaction: [] as CompactResult[], tables: [] as { sink: string; done: string }[] };
     if (what.tables) out.tables = await this.maintainTables();
@@ -433,41 +453,51 @@ export class Hypsink {
     return out;
   }
 
-  /** The status of one sink's partitions of its datasets, from durable state. */
+  /**
+   * The status of one sink's partitions of its datasets, from durable state.
+   * Partitions are read a few at a time, and each one's independent reads at
+   * once: during a tick every await waits for a turn of a busy thread, so
+   * status costs turns, not bytes. @ref LLP 0068
+   */
   private async partitionsOf(state: SinkState, datasets: Iterable<string>): Promise<PartitionStatus[]> {
-    const partitions: PartitionStatus[] = [];
-    for (const ds of datasets) {
-      if (!(ds in this.loaded.config.datasets)) continue;
-      for (const p of await this.cache.listPartitions(ds)) {
-        const found = await state.watermarks.find(p);
-        const rec = found ?? state.watermarks.empty(p);
-        const base = found ? (found.baseRows ?? 0) : await prunedForAll(this.cache, p);
-        const stats = await this.cache.storage.stats(p);
-        const since = rec.continuation;
-        const pendingRows = await this.cache.storage.countRowsSince(p, { since });
-        const gapPending = (await forcedAbove(this.cache.store(p), since ? BigInt(since.seq) : -1n)).reduce((n, [a, b]) => n + Number(b - a + 1n), 0);
-        partitions.push({
-          dataset: p.dataset,
-          source: p.source,
-          watermark: since?.seq ?? null,
-          highWater: stats.highWater,
-          committedRows: stats.committedRows - base,
-          pendingRows,
-          exportedRows: rec.exportedRowCount,
-          intent: rec.intent && { since: rec.intent.since, until: rec.intent.until, unit: rec.intent.unit },
-          gapRows: rec.gapRows + gapPending,
-          rejectedRows: rec.rejectedRows ?? 0,
-          lastExportAt: rec.lastExportAt,
-          lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
-        });
-      }
-    }
-    return partitions;
+    const refs: PartitionRef[] = [];
+    for (const ds of datasets) if (ds in this.loaded.config.datasets) refs.push(...(await this.cache.listPartitions(ds)));
+    const limit = pLimit(STATUS_READS);
+    return Promise.all(
+      refs.map((p) =>
+        limit(async (): Promise<PartitionStatus> => {
+          const [found, stats] = await Promise.all([state.watermarks.find(p), this.cache.storage.stats(p)]);
+          const rec = found ?? state.watermarks.empty(p);
+          const since = rec.continuation;
+          const [base, pendingRows, forced] = await Promise.all([
+            found ? (found.baseRows ?? 0) : prunedForAll(this.cache, p),
+            this.cache.storage.countRowsSince(p, { since }),
+            forcedAbove(this.cache.store(p), since ? BigInt(since.seq) : -1n),
+          ]);
+          const gapPending = forced.reduce((n, [a, b]) => n + Number(b - a + 1n), 0);
+          return {
+            dataset: p.dataset,
+            source: p.source,
+            watermark: since?.seq ?? null,
+            highWater: stats.highWater,
+            committedRows: stats.committedRows - base,
+            pendingRows,
+            exportedRows: rec.exportedRowCount,
+            intent: rec.intent && { since: rec.intent.since, until: rec.intent.until, unit: rec.intent.unit },
+            gapRows: rec.gapRows + gapPending,
+            rejectedRows: rec.rejectedRows ?? 0,
+            lastExportAt: rec.lastExportAt,
+            lastError: rec.lastError ? `${rec.lastError.code}: ${rec.lastError.message}` : null,
+          };
+        }),
+      ),
+    );
   }
 
   async status(): Promise<StatusReport> {
-    const sinks: SinkStatus[] = [];
-    for (const s of this.sinks.values()) sinks.push({ name: s.name, kind: s.kind, partitions: await this.partitionsOf(s.state, s.datasets) });
+    const sinks: SinkStatus[] = await Promise.all(
+      [...this.sinks.values()].map(async (s) => ({ name: s.name, kind: s.kind, partitions: await this.partitionsOf(s.state, s.datasets) })),
+    );
     // Sinks not in this config whose state still holds rows back from retention.
     const absent: AbsentSinkStatus[] = [];
     for (const h of await this.holders()) {
@@ -751,3 +781,28 @@ class TickRequests {
   }
 }
 
+
+/** Work in progress that holds the kernel's thread in stretches: counted, with a listener told when it begins and ends. */
+export class Busy {
+  private running = 0;
+  private readonly listeners = new Set<(busy: boolean) => void>();
+
+  get active(): boolean {
+    return this.running > 0;
+  }
+
+  /** Told `true` when work begins with none running, `false` when the last ends; returns the unsubscribe. */
+  listen(listener: (busy: boolean) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.running++ === 0) for (const l of this.listeners) l(true);
+    try {
+      return await fn();
+    } finally {
+      if (--this.running === 0) for (const l of this.listeners) l(false);
+    }
+  }
+}

@@ -11,7 +11,8 @@ import { noNewTick } from './no-new-tick.js';
 import { peakRss } from './peak-rss.js';
 import { postgresVsRaw } from './postgres-vs-raw.js';
 import { receiverAbuse } from './receiver-abuse.js';
+import { scrapeDuringExport } from './scrape-during-export.js';
 import { tickBigVsSmall } from './tick-big-vs-small.js';
 import { transformsExport } from './transforms-export.js';
 
-export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, digestCost, icebergGroup, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse];
+export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, digestCost, icebergGroup, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse, scrapeDuringExport];

@@ -9,6 +9,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/flags.js';
 import { accessError } from '../../types/access.js';
 import { ERROR_CODES, HypsinkError, isHypsinkError } from '../../types/errors.js';
+import { parseDuration } from '../config/duration.js';
 import type { Hypsink } from '../runtime.js';
 import { addTestCommand } from './test-cmd.js';
 
@@ -86,6 +87,32 @@ function portNumber(v: string): number {
   const n = Number(v);
   if (!/^\d+$/.test(v) || n > 65535) throw new InvalidArgumentError('must be a port number 0-65535.');
   return n;
+}
+
+/** How long a drain waits for running units by default (README "Shutdown"). */
+const DRAIN_TIMEOUT_MS = 30_000;
+
+/** `--drain-timeout`: a duration ("90s", "2m", "500ms") or a number of milliseconds. */
+function drainTimeout(v: string): number {
+  const ms = parseDuration(/^\d+$/.test(v) ? Number(v) : v);
+  if (ms === null) throw new InvalidArgumentError('must be a duration such as 30s, 2m or 500ms (or a number of milliseconds).');
+  return ms;
+}
+
+/**
+ * `run --require-healthy`: every sink's destination reached as `validate
+ * --connect` reaches it; any failure refuses the start, naming each failed sink
+ * and its error. @ref LLP 0068
+ */
+async function requireHealthy(k: Hypsink, io: Out): Promise<void> {
+  const [checks, { maskSecrets }, { checkLine, connectionFailure }] = await Promise.all([k.checkConnections(), logs(), import('../sinks/connect.js')]);
+  const failure = connectionFailure(checks);
+  if (!failure) return;
+  const failed = checks.filter((c) => !c.ok);
+  for (const c of failed) io.err(maskSecrets(`hypsink: ${checkLine(c)}`));
+  throw new HypsinkError(failure.code, `run --require-healthy: not starting: ${failed.map((c) => maskSecrets(checkLine(c))).join('; ')}`, {
+    hint: 'Fix what each FAILED line says and start again ("hypsink validate --connect" checks the same without starting); without --require-healthy, hypsink run starts anyway and retries each tick.',
+  });
 }
 
 export function buildProgram(io: Out = stdio): Command {
@@ -215,17 +242,22 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('run')
-    .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM, SIGHUP reloads the config')
+    .description('the daemon: scheduled exports, graceful drain on SIGINT/SIGTERM (a second one exits at once), SIGHUP reloads the config')
     .option('--config <file>', 'config file')
     .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', portNumber)
+    .option('--drain-timeout <duration>', 'how long a drain waits for running units before aborting them, e.g. 30s, 2m, 500ms', drainTimeout, DRAIN_TIMEOUT_MS)
+    .option('--require-healthy', "refuse to start when a sink's destination fails its connection check (what validate --connect checks)")
     .option('--api [address]', 'serve the control API (hypsink ctl) on [host:]port, default 127.0.0.1:4977; anywhere but loopback it needs a token')
     .option('--api-token-file <file>', 'the API token, the first line of this file (else HYPSINK_API_TOKEN); required with a non-loopback --api')
-    .action(async (o: { metricsPort?: number; api?: string | true; apiTokenFile?: string }, cmd: Command) => {
+    .action(async (o: { metricsPort?: number; drainTimeout: number; requireHealthy?: boolean; api?: string | true; apiTokenFile?: string }, cmd: Command) => {
       // The API's address and token are checked before anything opens: a refused one starts nothing. @ref LLP 0067
       const control = o.api === undefined && o.apiTokenFile === undefined ? null : await (await import('../control/cli.js')).apiSettings(o);
       const k = await open(cmd);
       try {
-        await k.buildSinks(); // a sink's config error ends `run` now (exit 2), not at every tick
+        // A sink's config error ends `run` now (exit 2), not at every tick; with
+        // --require-healthy, so does a destination that cannot be reached. @ref LLP 0068
+        if (o.requireHealthy) await requireHealthy(k, io);
+        else await k.buildSinks();
       } catch (e) {
         await k.close();
         throw e;
@@ -235,32 +267,32 @@ export function buildProgram(io: Out = stdio): Command {
       const sup = new Supervisor(k, {
         // A reload reads the config file again, with the same logger.
         open: async () => (await api()).open({ config, log: k.log }),
-        daemon: { onTick: (r) => sup.kernel.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick') },
+        daemon: {
+          onTick: (r) => sup.kernel.log.info({ sink: r.sink, rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed }, 'tick'),
+          drainMs: o.drainTimeout,
+        },
       });
       const metricsModule = o.metricsPort === undefined ? null : await import('../metrics.js');
-      // The registry follows the kernel a reload puts in place (its counters start again, as after a restart).
-      let registry = metricsModule?.createMetrics(k);
-      sup.onSwap((next) => {
-        registry = metricsModule?.createMetrics(next);
-      });
       const metrics =
         metricsModule === null
           ? null
-          : await metricsModule.serveMetrics(() => registry!, o.metricsPort!).catch(async (e: unknown) => {
+          : await metricsModule.serveMetrics(metricsModule.createMetrics(k), o.metricsPort!).catch(async (e: unknown) => {
               await k.close();
               throw e;
             });
-      if (metrics) k.log.info({ port: o.metricsPort }, 'metrics on /metrics');
+      // The metrics follow the kernel a reload puts in place (its counters start again, as after a restart).
+      if (metricsModule && metrics) sup.onSwap((next) => metrics.use(metricsModule.createMetrics(next)));
+      if (metrics) k.log.info({ port: metrics.port }, 'metrics on /metrics');
       const served = control
         ? await (await import('../control/api.js')).serveApi(sup, control).catch(async (e: unknown) => {
-            metrics?.close();
+            await metrics?.close();
             await k.close();
             throw e;
           })
         : null;
       if (served) k.log.info({ url: served.url, token: control?.token !== undefined }, 'control API listening');
       sup.start();
-      k.log.info({ sinks: [...k.sinks.keys()] }, 'hypsink running; Ctrl-C to stop');
+      k.log.info({ sinks: [...k.sinks.keys()], drainTimeoutMs: o.drainTimeout }, 'hypsink running; Ctrl-C to stop (a second Ctrl-C exits at once)');
       const onHup = () => {
         sup.kernel.log.info('SIGHUP: reloading the config');
         sup.reload().catch((e: unknown) => {
@@ -271,14 +303,20 @@ export function buildProgram(io: Out = stdio): Command {
       process.on('SIGHUP', onHup);
       await new Promise<void>((done) => {
         let draining = false;
-        const stop = () => {
+        const stop = (signal: NodeJS.Signals) => {
           if (draining) {
-            sup.kernel.log.warn('already draining; the drain ends within its bound');
-            return;
+            // The operator asked twice: exit now. Safe as a crash is: a unit cut off here
+            // keeps its intent on disk and the next run finishes it under the same
+            // identity, exactly once. @ref LLP 0068
+            sup.kernel.log.warn(
+              { signal },
+              `second ${signal}: exiting now without waiting for the drain; a unit cut off keeps its intent and the next run finishes it, exactly once`,
+            );
+            process.exit(128 + (signal === 'SIGINT' ? 2 : 15));
           }
           draining = true;
-          sup.kernel.log.info('draining');
-          metrics?.close();
+          sup.kernel.log.info({ signal, drainTimeoutMs: o.drainTimeout }, `draining: running units get up to ${o.drainTimeout} ms; ${signal} again to exit at once`);
+          void metrics?.close();
           // The API answers during the drain (ready says "stopping"), then closes.
           void sup
             .stop()

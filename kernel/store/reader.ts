@@ -4,6 +4,7 @@
  * statistics without being opened; a read with nothing new opens no data file.
  * @ref LLP 0003: seq-stat pruning
  */
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { type Data, Field, makeData, RecordBatch, Schema, Struct, type Utf8, type Vector } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema, Row } from '../../types/schema.js';
@@ -276,6 +277,11 @@ export class CacheStorage implements StorageService {
     }
     this.counters.rowGroupsRead += 1;
     const batches = await (await file.open()).readRowGroup(g, columns);
+    // A turn of the event loop per decoded row group: what the caller does with it (encode,
+    // hash, transform) runs on this thread in microtasks, and without a turn between row
+    // groups a whole unit's reads and encoding ran as one stretch that no timer or socket
+    // (a scrape, a status request) could get between. @ref LLP 0068
+    await yieldToLoop();
     if (reuse) {
       this.recentGroups.set(key, batches);
       if (this.recentGroups.size > RECENT_GROUPS) this.recentGroups.delete(this.recentGroups.keys().next().value!);
