@@ -51,18 +51,12 @@ export async function unitDigest(cache: Cache, p: PartitionRef, since: bigint, u
   const seqs = createHash('sha256');
   const ids = createHash('sha256');
   let rows = 0;
-  const seqBuf = new BigInt64Array(1024);
-  const seqBytes = new Uint8Array(seqBuf.buffer);
   for await (const b of cache.storage.scan(cache.store(p), { since: cont(since), until: { v: 1, seq: until } }, [], false, true)) {
     if (!b.ids || b.ids.length !== b.seqs.length) {
       throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${p.key}: a read of (${since}, ${until}] for its digest gave rows without row ids`);
     }
     // Seqs as 8 bytes each, little-endian (BigInt64Array is the platform's order; every Node platform is little-endian).
-    for (let i = 0; i < b.seqs.length; i += seqBuf.length) {
-      const n = Math.min(seqBuf.length, b.seqs.length - i);
-      for (let j = 0; j < n; j++) seqBuf[j] = b.seqs[i + j]!;
-      seqs.update(seqBytes.subarray(0, n * 8));
-    }
+    seqs.update(new Uint8Array(b.seqs.buffer, b.seqs.byteOffset, b.seqs.byteLength));
     feedIds(ids, b.ids);
     rows += b.seqs.length;
   }

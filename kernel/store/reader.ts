@@ -57,6 +57,53 @@ function bounds(opts: ReadSinceOptions | undefined, snap: Snapshot): { lo: bigin
 const overlaps = (min: string | null, max: string | null, lo: bigint, hi: bigint) => effSeq(max) > lo && effSeq(min) <= hi;
 
 /** First index in [0, n) whose seq is > x (seqs ascending, null as 0). */
+/**
+ * A batch's seqs as one typed array: the column's own buffer when it is one
+ * chunk with no nulls (always, but in legacy files whose rows share 0), else
+ * a copy with a null read as 0. Read per row through the Vector, a 1M-row
+ * unit's seqs cost more than hashing them (the digest's bench figure).
+ */
+export function seqArray(vec: Vector | null, n: number): BigInt64Array {
+  const d = vec?.data.length === 1 && vec.nullCount === 0 ? vec.data[0]! : undefined;
+  if (d && d.values instanceof BigInt64Array) return d.values.subarray(d.offset, d.offset + n);
+  const out = new BigInt64Array(n);
+  for (let i = 0; i < n; i++) out[i] = (vec?.get(i) as bigint | null) ?? 0n;
+  return out;
+}
+
+/**
+ * Each seq above the one before (legacy rows may share 0). Compared as 32-bit
+ * halves: reading a BigInt64Array element makes a heap BigInt, two per row here.
+ */
+export function ascending(seqs: BigInt64Array): boolean {
+  const lo = new Uint32Array(seqs.buffer, seqs.byteOffset, seqs.length * 2);
+  const hi = new Int32Array(seqs.buffer, seqs.byteOffset, seqs.length * 2);
+  for (let i = 1; i < seqs.length; i++) {
+    const h0 = hi[2 * i - 1]!;
+    const h1 = hi[2 * i + 1]!;
+    if (h1 !== h0) {
+      if (h1 < h0) return false;
+      continue;
+    }
+    const l0 = lo[2 * i - 2]!;
+    const l1 = lo[2 * i]!;
+    if (l1 < l0 || (l1 === l0 && (l1 !== 0 || h1 !== 0))) return false;
+  }
+  return true;
+}
+
+/** The first index in `seqs` (ascending) whose seq is above `x`. */
+function firstAbove(seqs: BigInt64Array, x: bigint): number {
+  let a = 0;
+  let b = seqs.length;
+  while (a < b) {
+    const m = (a + b) >> 1;
+    if (seqs[m]! > x) b = m;
+    else a = m + 1;
+  }
+  return a;
+}
+
 export function upperBound(seqs: Vector | null, n: number, x: bigint): number {
   let a = 0;
   let b = n;
@@ -190,7 +237,7 @@ export class CacheStorage implements StorageService {
     reuse = false,
     /** Also hand out each row's id (`_hyp_cache_row_id`), for a unit's digest. @ref LLP 0054 */
     withIds = false,
-  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[]; ids?: Data<Utf8> }> {
+  ): AsyncIterable<{ batch: RecordBatch; seqs: BigInt64Array; ids?: Data<Utf8> }> {
     const snap = await store.snapshot();
     try {
       const b = bounds(opts, snap);
@@ -220,7 +267,7 @@ export class CacheStorage implements StorageService {
     withIds: boolean,
     p: PartitionRef,
     order: (first: bigint, last: bigint) => void,
-  ): AsyncIterable<{ batch: RecordBatch; seqs: bigint[]; ids?: Data<Utf8> }> {
+  ): AsyncIterable<{ batch: RecordBatch; seqs: BigInt64Array; ids?: Data<Utf8> }> {
     const groups = f.rowGroups.flatMap((rg, i) => (overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi) ? [i] : []));
     if (groups.length === 0) return;
     // Only the columns asked for and the seq (and the row id for a digest); batch ids are never decoded here.
@@ -231,17 +278,12 @@ export class CacheStorage implements StorageService {
         for (let raw of await this.readGroup(file, g, wanted, reuse)) {
           // A legacy file has no row ids: they are derived from the whole row, as compaction derives them.
           if (withIds && raw.getChild(ROW_ID_COLUMN) === null) raw = await this.legacyIds(file, g, p, raw);
-          const seqVec = raw.getChild(SEQ_COLUMN);
-          const start = upperBound(seqVec, raw.numRows, b.lo);
-          const end = upperBound(seqVec, raw.numRows, b.hi);
+          const all = seqArray(raw.getChild(SEQ_COLUMN), raw.numRows);
+          const start = firstAbove(all, b.lo);
+          const end = firstAbove(all, b.hi);
           if (end <= start) continue;
-          const seqs: bigint[] = new Array(end - start);
-          for (let i = start; i < end; i++) seqs[i - start] = (seqVec?.get(i) as bigint | null) ?? 0n;
-          for (let i = 1; i < seqs.length; i++) {
-            if (seqs[i]! < seqs[i - 1]! || (seqs[i] === seqs[i - 1] && seqs[i] !== 0n)) {
-              throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${path}: seqs out of order in row group ${g}`);
-            }
-          }
+          const seqs = all.subarray(start, end);
+          if (!ascending(seqs)) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${path}: seqs out of order in row group ${g}`);
           order(seqs[0]!, seqs[seqs.length - 1]!);
           this.counters.rowsRead += seqs.length;
           const slice = raw.slice(start, end);
