@@ -5,34 +5,12 @@
  * of the machine falls on every command alike. The config has an S3 sink
  * besides a local one, whose plugin (and the AWS SDK) these commands never load.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { BenchContext } from '../lib/context.js';
 import { figure, type FigureGroup, le } from '../lib/figure.js';
+import { BIN, timeNode } from '../lib/process.js';
 import { REPO } from '../lib/receiver.js';
-
-const BIN = join(REPO, 'bin/hypsink.js');
-
-/** Wall time of one process, start to exit, in ms; a non-zero exit fails the figure group. */
-function once(args: readonly string[], cwd: string): Promise<number> {
-  // The compiled CLI as a user's shell runs it: none of the bench's TypeScript conditions.
-  const env = { ...process.env, NODE_OPTIONS: '', HYPSINK_LOG_LEVEL: 'warn' };
-  return new Promise((done, failed) => {
-    const t0 = process.hrtime.bigint();
-    const child = spawn(process.execPath, [...args], { cwd, env, stdio: ['ignore', 'ignore', 'pipe'] });
-    let err = '';
-    child.stderr.on('data', (b: Buffer) => {
-      err += b.toString();
-    });
-    child.on('error', failed);
-    child.on('exit', (code) => {
-      const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-      if (code !== 0) failed(new Error(`cold start: node ${args.join(' ')} exited ${code}: ${err.trim()}`));
-      else done(ms);
-    });
-  });
-}
 
 const median = (xs: readonly number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -72,12 +50,12 @@ export const coldStart: FigureGroup = {
       help: [BIN, '--help'],
     } as const;
     // One of each first: the page cache warm, the cache and its partition made.
-    for (const args of Object.values(commands)) await once(args, dir);
+    for (const args of Object.values(commands)) await timeNode(args, dir);
     const runs = ctx.size(11, 7);
     const ms: Record<keyof typeof commands, number[]> = { node: [], status: [], ingest: [], help: [] };
     for (let i = 0; i < runs; i++) {
       ctx.progress(`cold: round ${i + 1} of ${runs}`);
-      for (const [name, args] of Object.entries(commands)) ms[name as keyof typeof commands].push(await once(args, dir));
+      for (const [name, args] of Object.entries(commands)) ms[name as keyof typeof commands].push(await timeNode(args, dir));
     }
     const m = Object.fromEntries(Object.entries(ms).map(([k, v]) => [k, median(v)])) as Record<keyof typeof commands, number>;
     ctx.detail('cold_start_ms', { runs, ...Object.fromEntries(Object.entries(m).map(([k, v]) => [k, Math.round(v)])) });

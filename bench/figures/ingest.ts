@@ -6,29 +6,14 @@
  * also starts the parse and flush workers, and the median leaves it out. CPU
  * time (process.cpuUsage, all threads) is kept alongside.
  */
-import { createReadStream, promises as fsp } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
 import { ingestNdjson } from '../../kernel/ingest/ingest.js';
 import type { BenchContext } from '../lib/context.js';
 import { figure, type FigureGroup, ge } from '../lib/figure.js';
 import { DATASET, openKernel, partitionOf, writeWorkspace } from '../lib/kernel.js';
 import { median, settle, timed } from '../lib/measure.js';
-import { demoLines } from '../lib/rows.js';
-
-/** Write `n` demo lines to `path` in chunks; returns its size. */
-async function writeNdjson(path: string, n: number): Promise<number> {
-  const fh = await fsp.open(path, 'w');
-  try {
-    const chunk = 50_000;
-    for (let done = 0; done < n; done += chunk) {
-      const lines = demoLines(Math.min(chunk, n - done), done + 1, done / chunk);
-      await fh.write(`${lines.join('\n')}\n`);
-    }
-  } finally {
-    await fh.close();
-  }
-  return (await fsp.stat(path)).size;
-}
+import { writeNdjson } from '../lib/rows.js';
 
 export const ingest: FigureGroup = {
   id: 'ingest',

@@ -7,7 +7,8 @@ export interface Tree {
   readonly bytes: number;
 }
 
-export async function tree(dir: string): Promise<Tree> {
+/** Files under `dir` (those whose name `keep` accepts) and their bytes. */
+export async function tree(dir: string, keep: (name: string) => boolean = () => true): Promise<Tree> {
   let files = 0;
   let bytes = 0;
   const walk = async (d: string): Promise<void> => {
@@ -22,7 +23,7 @@ export async function tree(dir: string): Promise<Tree> {
       const p = join(d, e.name);
       if (e.isDirectory()) {
         if (e.name !== '.hypsink-tmp') await walk(p);
-      } else if (e.isFile()) {
+      } else if (e.isFile() && keep(e.name)) {
         files++;
         bytes += (await fsp.stat(p)).size;
       }

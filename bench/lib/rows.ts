@@ -3,6 +3,7 @@
  * validated value arrays `Cache.appendValidated` takes, produced in chunks so a
  * million rows never sit in memory as objects at once.
  */
+import { promises as fsp } from 'node:fs';
 import { demoBatch } from '../../fixtures/demo/generate.js';
 import { normalizeRow } from '../../kernel/ingest/normalize.js';
 import type { DatasetSchema } from '../../types/schema.js';
@@ -22,4 +23,19 @@ export function demoValues(schema: DatasetSchema, source: string, n: number, fir
     if (!r.ok) throw new Error(`demo row rejected: ${r.reason}`);
     return [source, ...r.values];
   });
+}
+
+/** Write `n` demo lines to `path` in chunks; returns its size. */
+export async function writeNdjson(path: string, n: number): Promise<number> {
+  const fh = await fsp.open(path, 'w');
+  try {
+    const chunk = 50_000;
+    for (let done = 0; done < n; done += chunk) {
+      const lines = demoLines(Math.min(chunk, n - done), done + 1, done / chunk);
+      await fh.write(`${lines.join('\n')}\n`);
+    }
+  } finally {
+    await fh.close();
+  }
+  return (await fsp.stat(path)).size;
 }
