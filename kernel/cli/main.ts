@@ -6,7 +6,7 @@ import { promises as fsp } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/flags.js';
+import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../receiver/flags.js';
 import { accessError } from '../../types/access.js';
 import { ERROR_CODES, HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { Hypsink } from '../runtime.js';
@@ -473,12 +473,12 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--tokens-file <file>', 'clients and their tokens, one "<client-name> <token>" a line')
     .option('--token <token>', 'require this bearer token (client "default"; HYPSINK_TOKEN if not given)')
     .option('--insecure-no-auth', 'accept every request without a token (client "default")');
-  // The limit flags and their checks are the receiver's own (fixtures/receiver/flags.ts, a table with no imports to load).
+  // The limit flags and their checks are the receiver's own (kernel/receiver/flags.ts, a table with no imports to load).
   for (const f of RECEIVER_LIMIT_FLAGS) receiver.option(`--${f.flag} <n>`, f.help);
   receiver.action(async (o: Record<string, string | boolean | undefined>) => {
     const [{ startReceiver }, { intFlag, limitsFromFlags }] = await Promise.all([
-      import('../../fixtures/receiver/server.js'),
-      import('../../fixtures/receiver/flags.js'),
+      import('../receiver/server.js'),
+      import('../receiver/flags.js'),
     ]);
     const camel = (flag: string) => flag.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
     const str = (flag: string) => {
