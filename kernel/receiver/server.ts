@@ -42,11 +42,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setImmediate as yieldNow } from 'node:timers/promises';
-import { HypsinkError, type Logger } from '../../types/index.js';
+import { HypsinkError, isHypsinkError, type Logger } from '../../types/index.js';
 import { clientFor, loadTokens, singleToken, type TokenTable } from './auth.js';
 import { ConnectionBudget } from './connections.js';
 import { LIMIT_FLAGS } from './flags.js';
-import { type CommitResult, DEFAULT_CLIENT, LedgerStore, type LedgerEntry, type RecoveryReport, UNIT_DIGEST } from './store.js';
+import { type BatchWriter, type CommitResult, DEFAULT_CLIENT, LedgerStore, type LedgerEntry, type RecoveryReport, UNIT_DIGEST } from './store.js';
 
 type LedgeredResult = Exclude<CommitResult, { kind: 'stored' }>;
 
@@ -55,6 +55,23 @@ export interface ReceiverChaos {
   readonly throttleFirst?: { readonly count: number; readonly status?: 429 | 503; readonly retryAfter?: string | null };
   /** The first `count` ingest requests are held `ms` after their body arrived, before storing. */
   readonly delayFirst?: { readonly count: number; readonly ms: number };
+}
+
+/**
+ * A hypsink cache the receiver ingests into instead of its data files
+ * (`hypsink receiver --config`, kernel/receiver/aggregate.ts). @ref LLP 0074
+ */
+export interface ReceiverCache {
+  /** The column every row is given the authenticated client's name in; a value the client sent there is overwritten. */
+  readonly clientColumn: string;
+  /** The datasets the cache's config has: a batch of another is refused (400) before its body is read. */
+  hasDataset(dataset: string): boolean;
+  /** Ingest a batch (its rows already stamped) durably and idempotently by (client, id). */
+  readonly write: BatchWriter;
+  /** null while there is room; else the answer (429: the cache is over its size, 503: a sink is failing) and why. */
+  pressure(): Promise<{ readonly status: 429 | 503; readonly reason: string } | null>;
+  /** What the listening log line says of it. */
+  readonly describe: string;
 }
 
 export interface ReceiverOptions {
@@ -107,6 +124,8 @@ export interface ReceiverOptions {
   /** How long close() waits for in-flight requests before cutting connections. Default 10 s. */
   readonly closeTimeoutMs?: number;
   readonly log?: Logger;
+  /** Ingest into this hypsink cache instead of appending to data files under `dataDir` (which then holds the ledger alone). */
+  readonly cache?: ReceiverCache;
   /** Test knobs: scripted throttling and slowness. */
   readonly chaos?: ReceiverChaos;
 }
@@ -341,9 +360,10 @@ function describe(v: unknown): string {
  * parsed is kept, and the loop yields every couple of ms. Errors name the
  * 1-based line.
  */
-async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number): Promise<Normalized> {
+async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number, stamp?: { readonly column: string; readonly value: string }): Promise<Normalized> {
   const utf8 = isUtf8(body);
-  const out = Buffer.allocUnsafe(body.length + 1);
+  const out = Buffer.allocUnsafe(stamp ? 0 : body.length + 1);
+  const stamped: string[] = [];
   let pos = 0;
   let rows = 0;
   let line = 0;
@@ -374,9 +394,15 @@ async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number):
       return { ok: false, error: `line ${line}: expected a JSON object, got ${describe(v)}` };
     }
     if (countKeys(v) !== keys) return { ok: false, error: `line ${line}: an object repeats a key; send each key once` };
-    body.copy(out, pos, s, e);
-    pos += e - s;
-    out[pos++] = 0x0a;
+    if (stamp) {
+      // The receiver says who sent the row, never the row: a value the client put there is overwritten. @ref LLP 0074
+      (v as Record<string, unknown>)[stamp.column] = stamp.value;
+      stamped.push(JSON.stringify(v));
+    } else {
+      body.copy(out, pos, s, e);
+      pos += e - s;
+      out[pos++] = 0x0a;
+    }
     rows++;
     if ((rows & 63) === 0 || e - s > 65_536) {
       if (performance.now() - slice > SLICE_MS) {
@@ -386,6 +412,7 @@ async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number):
     }
   }
   if (rows === 0) return { ok: false, error: 'the body holds no rows; send at least one NDJSON line (an empty batch would spend its id)' };
+  if (stamp) return { ok: true, data: Buffer.from(`${stamped.join('\n')}\n`, 'utf8'), rows };
   return { ok: true, data: out.subarray(0, pos), rows };
 }
 
@@ -418,7 +445,7 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
   const retryAfter = String(o.retryAfterSeconds);
   let tokens: TokenTable | null =
     opts.insecureNoAuth === true ? null : opts.tokensFile !== undefined ? await loadTokens(opts.tokensFile, log) : singleToken(opts.token!);
-  const store = await LedgerStore.open(opts.dataDir, log);
+  const store = await LedgerStore.open(opts.dataDir, log, opts.cache?.write);
   const budget = new ConnectionBudget({
     max: o.maxConnections,
     reserved: opts.reservedConnections ?? Math.floor(o.maxConnections / 4),
@@ -594,6 +621,14 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
       const known = store.lookup(client, id);
       if (known) return await answerKnown(req, res, client, known, { id, dataset, source, declared, unitDigest });
       if (declared > maxBody) return reject(req, res, 413, `body of ${declared} bytes exceeds the limit of ${maxBody}`);
+      if (opts.cache) {
+        if (!opts.cache.hasDataset(dataset)) {
+          return reject(req, res, 400, `dataset ${JSON.stringify(dataset)} is not in this receiver's config; add it there (with a ${opts.cache.clientColumn} column) or send another dataset`);
+        }
+        // After the ledger (a re-sent stored batch adds nothing, so it is answered even when full), before the body. @ref LLP 0074
+        const full = await opts.cache.pressure();
+        if (full) return reject(req, res, full.status, full.reason, { 'Retry-After': retryAfter });
+      }
 
       const body = await readBody(req, maxBody, true, o.bodyTimeoutMs);
       if (body.kind === 'aborted') return;
@@ -607,7 +642,8 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
         }
         return reject(req, res, 413, `body exceeds the limit of ${maxBody} bytes`);
       }
-      const v = await normalizeNdjson(body.body, o.maxLineBytes, o.maxDepth);
+      const stamp = opts.cache ? { column: opts.cache.clientColumn, value: client } : undefined;
+      const v = await normalizeNdjson(body.body, o.maxLineBytes, o.maxDepth, stamp);
       if (!v.ok) return send(res, 400, { error: v.error });
       const df = opts.chaos?.delayFirst;
       if (df && delayed < df.count) {
@@ -633,6 +669,11 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
       }
       return answerLedgered(res, result, id, dataset);
     } catch (e) {
+      if (opts.cache && isHypsinkError(e) && e.code === 'HYPSINK_ERR_INPUT') {
+        // The cache holds other rows under this id (durable, not yet ledgered when the receiver died): another body.
+        log?.warn({ err: e.message, client, id, dataset }, 'refused: other rows under a batch id the cache holds');
+        return send(res, 409, { error: `batch id ${id} was stored with another body; re-send the stored batch byte for byte, or send other rows under a new id`, conflict: 'body', unitDigest: null });
+      }
       log?.error({ err: (e as Error).message, client, id, dataset }, 'store failed');
       return send(res, 500, { error: 'the receiver could not store the batch; retry' });
     } finally {
@@ -759,7 +800,7 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   const url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${addr.port}`;
-  const start = { port: addr.port, url, dataDir: opts.dataDir, ledger: store.size };
+  const start = { port: addr.port, url, dataDir: opts.dataDir, ledger: store.size, ...(opts.cache ? { cache: opts.cache.describe } : {}) };
   if (tokens === null) {
     // Said on every start, at warn: nobody should run this way by accident.
     log?.warn(

@@ -205,6 +205,15 @@ export interface NewBatch {
   readonly unitDigest?: string;
 }
 
+/**
+ * Where a batch's rows go before its ledger line, when not to the data files:
+ * `hypsink receiver --config` ingests them into a hypsink cache (kernel/receiver/aggregate.ts).
+ * Resolves once the rows are durable there, with the rows it took; it must be
+ * idempotent by (client, id): a crash between it and the ledger line makes the
+ * retry call it again. @ref LLP 0074
+ */
+export type BatchWriter = (batch: NewBatch) => Promise<{ readonly rows: number }>;
+
 export class LedgerStore {
   /** (client, id) → entry. @ref LLP 0027 */
   private readonly ids = new Map<string, LedgerEntry>();
@@ -222,6 +231,7 @@ export class LedgerStore {
     private ledgerSize: number,
     entries: readonly LedgerEntry[],
     readonly recovery: RecoveryReport,
+    private readonly writer: BatchWriter | undefined,
   ) {
     for (const e of entries) {
       const k = key(clientOf(e), e.id);
@@ -246,7 +256,7 @@ export class LedgerStore {
   }
 
   /** Open the store, first applying the crash rule (truncate un-ledgered tails). */
-  static async open(dataDir: string, log?: Logger): Promise<LedgerStore> {
+  static async open(dataDir: string, log?: Logger, writer?: BatchWriter): Promise<LedgerStore> {
     await mkdirs(dataDir);
     const ledgerPath = path.join(dataDir, LEDGER_FILE);
     const text = await readIfExists(ledgerPath);
@@ -288,7 +298,7 @@ export class LedgerStore {
       truncatedBytes,
       truncatedFiles,
       tornLedgerTail: parsed.torn,
-    });
+    }, writer);
   }
 
   get size(): number {
@@ -322,6 +332,7 @@ export class LedgerStore {
       const prior = this.check(batch.client, batch.id, batch.dataset, batch.source, batch.digest, batch.unitDigest);
       if (prior) return prior;
       if (this.broken) throw this.broken;
+      if (this.writer) return this.commitTo(this.writer, batch);
       const file = dataFileFor(batch.dataset, batch.source);
       return this.fileLock.run(file, async () => {
         const abs = path.join(this.dataDir, file);
@@ -356,6 +367,36 @@ export class LedgerStore {
         return { kind: 'stored', rows: entry.rows };
       });
     });
+  }
+
+  /**
+   * The rows to the writer (durable there, idempotent by id), then the ledger
+   * line: a crash between the two leaves the id un-ledgered, and the retry's
+   * write finds the rows already there and adds none. The entry owns no
+   * data-file bytes. @ref LLP 0074
+   */
+  private async commitTo(writer: BatchWriter, batch: NewBatch): Promise<CommitResult> {
+    const { rows } = await writer(batch);
+    fault('receiver.afterData');
+    const entry: LedgerEntry = {
+      client: batch.client,
+      id: batch.id,
+      dataset: batch.dataset,
+      source: batch.source,
+      rows,
+      at: new Date().toISOString(),
+      file: '',
+      offset: 0,
+      bytes: 0,
+      digest: batch.digest,
+      bodyBytes: batch.bodyBytes,
+      ...(batch.unitDigest !== undefined ? { unitDigest: batch.unitDigest } : {}),
+    };
+    await this.appendLedger(entry);
+    fault('receiver.afterLedger');
+    this.ids.set(key(batch.client, entry.id), entry);
+    this.index(entry);
+    return { kind: 'stored', rows };
   }
 
   /** Append and fsync; returns the offset the batch starts at. A failed write is cut back off. */

@@ -28,7 +28,7 @@ const EVENTS = {
   timestampColumn: 'ts',
 };
 /** The receiver's dataset: the agents' columns and the client column it sets. */
-const RECEIVED = { ...EVENTS, columns: [...EVENTS.columns, { name: '_hyp_client', type: 'STRING', nullable: false }] };
+const RECEIVED = { ...EVENTS, columns: [...EVENTS.columns, { name: 'hyp_client', type: 'STRING', nullable: false }] };
 
 const AGENTS = ['a1', 'a2', 'a3'] as const;
 const tokenOf = (agent: string) => `tok-${agent}-Zq8Lw3Xp7Rk2Vn5`;
@@ -127,7 +127,6 @@ test('agents forward to `receiver --config`: each row lands in the lake once, un
             datasets: ['events'],
             schedule: '* * * * *',
             unit: { maxRows: 20 },
-            // biome-ignore lint/suspicious/noTemplateCurlyInString: the config's own ${ENV} reference
             config: { url, token: `\${AGENT_${a.toUpperCase()}_TOKEN}`, timeoutMs: 5000, ladderMs: [50], retry: { attempts: 2, baseMs: 20, maxMs: 40 } },
           },
         },
@@ -156,7 +155,7 @@ test('agents forward to `receiver --config`: each row lands in the lake once, un
     assert.equal(await pending(), 0, 'every agent row was acknowledged by the receiver');
 
     // A hostile client: a3 claims its rows are a1's.
-    const forged = [1, 2].map((n) => JSON.stringify({ id: 9000 + n, ts: '2026-01-01T00:00:00.000Z', msg: 'forged', _hyp_client: 'a1' })).join('\n');
+    const forged = [1, 2].map((n) => JSON.stringify({ id: 9000 + n, ts: '2026-01-01T00:00:00.000Z', msg: 'forged', hyp_client: 'a1' })).join('\n');
     const r = await post(recv.url, { dataset: 'events', source: 'web', id: 'forged-1', body: `${forged}\n`, token: tokenOf('a3') });
     assert.equal(r.status, 200, r.text);
 
@@ -173,7 +172,7 @@ test('agents forward to `receiver --config`: each row lands in the lake once, un
     const files = await parquetFiles(lake);
     await duck(async (sql) => {
       const from = `read_parquet(${JSON.stringify(files)})`;
-      const rows = await sql(`SELECT id::BIGINT AS id, _hyp_client AS client, msg FROM ${from} ORDER BY id`);
+      const rows = await sql(`SELECT id::BIGINT AS id, hyp_client AS client, msg FROM ${from} ORDER BY id`);
       assert.equal(rows.length, want, `every row once: ${rows.length} rows in the lake, ${want} sent`);
       const ids = rows.map((x) => Number(x.id));
       assert.equal(new Set(ids).size, ids.length, 'no row twice');
@@ -213,13 +212,21 @@ test('receiver --config: a cache over --max-cache-bytes answers 429 with Retry-A
     assert.equal(r.status, 429, r.text);
     assert.equal(r.headers['retry-after'], '7');
     assert.match(r.text, /cache/);
+    await stop(recv);
+    const { k } = await openKernel(cfg);
+    try {
+      const rows = (await k.status()).sinks.flatMap((s) => s.partitions).reduce((n, p) => n + p.pendingRows, 0);
+      assert.equal(rows, 0, 'the refused batch added no row to the cache');
+    } finally {
+      await k.close();
+    }
   } finally {
     await stop(recv);
     await cleanup();
   }
 });
 
-test('receiver --config: a dataset without the _hyp_client column is refused at start, naming it', async () => {
+test('receiver --config: a dataset without the hyp_client column is refused at start, naming it', async () => {
   const { dir, cleanup } = await tempDir('aggregator-cfg');
   try {
     const cfg = await writeConfig(dir, {
@@ -228,7 +235,7 @@ test('receiver --config: a dataset without the _hyp_client column is refused at 
       sinks: { lake: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], schedule: '* * * * *', config: { dir: join(dir, 'lake') } } },
     });
     const recv = startReceiver(['--config', cfg, '--insecure-no-auth', '--port', '0']);
-    await assert.rejects(recv, /dataset "events".*_hyp_client/s);
+    await assert.rejects(recv, /dataset "events".*hyp_client/s);
   } finally {
     await cleanup();
   }
