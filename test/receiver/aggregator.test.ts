@@ -147,11 +147,12 @@ test('agents forward to `receiver --config`: each row lands in the lake once, un
       return n;
     };
     // Export until the first receiver dies (its fault point), then restart it and export until nothing is pending.
-    for (const { k } of agents) await k.export();
+    // The agents export at once: the receiver ingests their batches concurrently into one cache.
+    await Promise.all(agents.map(({ k }) => k.export()));
     assert.equal(await recv.exited, null, 'the first receiver died at its fault point (SIGKILL)');
     assert.equal(recv.child.signalCode, 'SIGKILL');
     recv = await startReceiver(recvArgs);
-    for (let round = 0; round < 20 && (await pending()) > 0; round++) for (const { k } of agents) await k.export();
+    for (let round = 0; round < 20 && (await pending()) > 0; round++) await Promise.all(agents.map(({ k }) => k.export()));
     assert.equal(await pending(), 0, 'every agent row was acknowledged by the receiver');
 
     // A hostile client: a3 claims its rows are a1's.
@@ -220,6 +221,46 @@ test('receiver --config: a cache over --max-cache-bytes answers 429 with Retry-A
     } finally {
       await k.close();
     }
+  } finally {
+    await stop(recv);
+    await cleanup();
+  }
+});
+
+test('receiver --config: while a sink of its config is failing, a new batch is answered 503 with Retry-After', async () => {
+  const { dir, cleanup } = await tempDir('aggregator-failing');
+  const tokens = join(dir, 'tokens');
+  await fsp.writeFile(tokens, `a1 ${tokenOf('a1')}\n`, { mode: 0o600 });
+  // The sink's folder lies under a regular file: every export of it fails.
+  await fsp.writeFile(join(dir, 'not-a-folder'), 'x');
+  const cfg = await writeConfig(dir, {
+    cache: { root: join(dir, 'cache') },
+    state: { dir: join(dir, 'state') },
+    datasets: { events: RECEIVED },
+    sinks: { lake: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], schedule: '0 0 1 1 *', config: { dir: join(dir, 'not-a-folder', 'lake') } } },
+  });
+  const args = ['--config', cfg, '--tokens-file', tokens, '--port', '0', '--retry-after', '3'];
+  const line = (id: number) => `${JSON.stringify({ id, ts: '2026-01-01T00:00:00.000Z', msg: 'x' })}\n`;
+  // The first run stores a batch; the sink's only tick ran at start, with nothing to export.
+  let recv = await startReceiver(args);
+  try {
+    const first = await post(recv.url, { dataset: 'events', source: 'web', id: 'b1', body: line(1), token: tokenOf('a1') });
+    assert.equal(first.status, 200, first.text);
+    await stop(recv);
+    // The second run's first tick tries to export that row and fails; from then on new batches are refused.
+    recv = await startReceiver(args);
+    let r = await post(recv.url, { dataset: 'events', source: 'web', id: 'b2', body: line(2), token: tokenOf('a1') });
+    for (let n = 3; r.status === 200 && n < 200; n++) {
+      await new Promise((res) => setTimeout(res, 100));
+      r = await post(recv.url, { dataset: 'events', source: 'web', id: `b${n}`, body: line(n), token: tokenOf('a1') });
+    }
+    assert.equal(r.status, 503, r.text);
+    assert.equal(r.headers['retry-after'], '3');
+    assert.match(r.text, /sink \\"lake\\" is failing/);
+    // A batch it stored is still answered as stored: re-sending it adds nothing.
+    const again = await post(recv.url, { dataset: 'events', source: 'web', id: 'b1', body: line(1), token: tokenOf('a1') });
+    assert.equal(again.status, 200, again.text);
+    assert.match(again.text, /"duplicate":true/);
   } finally {
     await stop(recv);
     await cleanup();
