@@ -396,8 +396,15 @@ async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number, 
     if (countKeys(v) !== keys) return { ok: false, error: `line ${line}: an object repeats a key; send each key once` };
     if (stamp) {
       // The receiver says who sent the row, never the row: a value the client put there is overwritten. @ref LLP 0074
-      (v as Record<string, unknown>)[stamp.column] = stamp.value;
-      stamped.push(JSON.stringify(v));
+      const row = v as Record<string, unknown>;
+      if (Object.hasOwn(row, stamp.column)) {
+        row[stamp.column] = stamp.value;
+        stamped.push(JSON.stringify(row));
+      } else {
+        // The row's own text, the column put first: numbers keep the digits they were sent with.
+        const rest = body.toString('utf8', s + 1, e).trimStart();
+        stamped.push(`{${JSON.stringify(stamp.column)}:${JSON.stringify(stamp.value)}${rest.startsWith('}') ? '' : ','}${rest}`);
+      }
     } else {
       body.copy(out, pos, s, e);
       pos += e - s;
