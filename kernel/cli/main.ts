@@ -525,7 +525,15 @@ export function buildProgram(io: Out = stdio): Command {
     process.on('SIGHUP', onHup);
     await new Promise<void>((done) => {
       // The receiver first (no new batch), then the sinks drain as `hypsink run`'s do.
-      const stop = () => void r.close().then(() => agg?.close()).then(done);
+      const stop = () =>
+        void r
+          .close()
+          .catch((e: Error) => log.error({ err: e.message }, 'receiver close failed'))
+          .then(() => agg?.close())
+          .then(done, (e: Error) => {
+            log.error({ err: e.message }, 'sinks did not drain');
+            done();
+          });
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
     });

@@ -160,14 +160,18 @@ test('agents forward to `receiver --config`: each row lands in the lake once, un
     const r = await post(recv.url, { dataset: 'events', source: 'web', id: 'forged-1', body: `${forged}\n`, token: tokenOf('a3') });
     assert.equal(r.status, 200, r.text);
 
-    // The receiver's own sink exports on its own (the daemon's prompt ticks): wait, bounded, for every row.
+    // The receiver's own sink exports on its schedule (each minute) and at start: restart it (a graceful stop
+    // this time) so its first tick comes now, and wait, bounded, for every row.
+    await stop(recv);
+    assert.equal(await recv.exited, 0, `a graceful stop drains the sinks and exits 0:\n${recv.stderr()}`);
+    recv = await startReceiver(recvArgs);
     const want = total + 2;
     const count = async () => {
       const files = await parquetFiles(lake);
       if (files.length === 0) return 0;
       return duck(async (sql) => Number((await sql(`SELECT count(*) AS n FROM read_parquet(${JSON.stringify(files)})`))[0]!.n));
     };
-    const deadline = Date.now() + 60_000;
+    const deadline = Date.now() + 120_000;
     while ((await count()) < want && Date.now() < deadline) await new Promise((res) => setTimeout(res, 200));
     await stop(recv);
     const files = await parquetFiles(lake);
