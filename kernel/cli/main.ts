@@ -6,7 +6,7 @@ import { promises as fsp } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../../fixtures/receiver/flags.js';
+import { LIMIT_FLAGS as RECEIVER_LIMIT_FLAGS } from '../receiver/flags.js';
 import { accessError } from '../../types/access.js';
 import { ERROR_CODES, HypsinkError, isHypsinkError } from '../../types/errors.js';
 import { parseDuration } from '../config/duration.js';
@@ -505,44 +505,73 @@ export function buildProgram(io: Out = stdio): Command {
 
   const receiver = program
     .command('receiver')
-    .description('the reference central receiver (for tests and demos); SIGHUP re-reads --tokens-file')
+    .description(
+      'the central receiver: with --config, a hypsink host that ingests what forward sinks send into its cache, each row under its client, and exports it with its own sinks; without, the reference receiver that appends to files under --data. SIGHUP re-reads --tokens-file',
+    )
     .requiredOption('--port <port>', 'port to listen on')
-    .requiredOption('--data <dir>', 'where stored rows and the ledger go')
+    .option('--config <file>', "ingest into this config's cache and run its sinks (each dataset needs the client column, a STRING)")
+    .option('--client-column <name>', 'with --config: the column every row gets its client\'s name in (default hyp_client)')
+    .option('--data <dir>', 'where stored rows and the ledger go (required without --config; with it, default <state dir>/receiver, the ledger alone)')
+    .option('--max-cache-bytes <n>', 'with --config: answer 429 while the cache folder holds more than this (default: no bound)')
     .option('--tokens-file <file>', 'clients and their tokens, one "<client-name> <token>" a line')
     .option('--token <token>', 'require this bearer token (client "default"; HYPSINK_TOKEN if not given)')
     .option('--insecure-no-auth', 'accept every request without a token (client "default")');
-  // The limit flags and their checks are the receiver's own (fixtures/receiver/flags.ts, a table with no imports to load).
+  // The limit flags and their checks are the receiver's own (kernel/receiver/flags.ts, a table with no imports to load).
   for (const f of RECEIVER_LIMIT_FLAGS) receiver.option(`--${f.flag} <n>`, f.help);
-  receiver.action(async (o: Record<string, string | boolean | undefined>) => {
-    const [{ startReceiver }, { intFlag, limitsFromFlags }] = await Promise.all([
-      import('../../fixtures/receiver/server.js'),
-      import('../../fixtures/receiver/flags.js'),
-    ]);
+  receiver.action(async (o: Record<string, string | boolean | undefined>, cmd: Command) => {
+    const [{ startReceiver }, { intFlag, limitsFromFlags }] = await Promise.all([import('../receiver/server.js'), import('../receiver/flags.js')]);
     const camel = (flag: string) => flag.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
     const str = (flag: string) => {
       const v = o[camel(flag)];
       return typeof v === 'string' ? v : undefined;
     };
+    const { config } = cmd.optsWithGlobals<{ config?: string }>();
+    if (config === undefined && str('data') === undefined) {
+      throw new HypsinkError('HYPSINK_ERR_USAGE', 'receiver: give --config <file> (ingest into its cache) or --data <dir> (append to files)', {
+        hint: 'Run `hypsink receiver --config hypsink.config.json --tokens-file tokens --port 8787`, or with --data <dir> for the file receiver.',
+      });
+    }
+    const port = intFlag('port', str('port') ?? '', 0, 65535);
+    const limits = limitsFromFlags(str);
+    const maxCacheBytes = str('max-cache-bytes') === undefined ? undefined : intFlag('max-cache-bytes', str('max-cache-bytes')!, 1);
     const tokensFile = str('tokens-file');
     // Without --token, HYPSINK_TOKEN is the token: argv is visible to every local user.
     const token = str('token') ?? (tokensFile === undefined ? process.env.HYPSINK_TOKEN || undefined : undefined);
-    const data = resolve(String(o.data));
     const log = (await logs()).createLogger();
-    const r = await startReceiver({
-      port: intFlag('port', str('port') ?? '', 0, 65535),
-      dataDir: data,
-      token,
-      tokensFile: tokensFile === undefined ? undefined : resolve(tokensFile),
-      insecureNoAuth: o.insecureNoAuth === true,
-      ...limitsFromFlags(str),
-      log,
-    });
+    // With --config the receiver is a host: its cache, its sinks on their schedules (the daemon). @ref LLP 0074
+    const agg = config === undefined ? null : await (await import('../receiver/aggregate.js')).openAggregate(await open(cmd), { maxCacheBytes, clientColumn: str('client-column') });
+    const data = str('data') !== undefined ? resolve(str('data')!) : agg!.ledgerDir;
+    let r: Awaited<ReturnType<typeof startReceiver>>;
+    try {
+      r = await startReceiver({
+        port,
+        dataDir: data,
+        token,
+        tokensFile: tokensFile === undefined ? undefined : resolve(tokensFile),
+        insecureNoAuth: o.insecureNoAuth === true,
+        ...limits,
+        log,
+        ...(agg ? { cache: agg.cache } : {}),
+      });
+    } catch (e) {
+      await agg?.close();
+      throw e;
+    }
     const auth = r.stats().clients === 0 ? ' — AUTH IS OFF (--insecure-no-auth): anyone who can connect can store batches' : '';
-    io.out(`receiver listening on ${r.url} (data in ${data})${auth}`);
+    io.out(`receiver listening on ${r.url} (${agg ? `${agg.cache.describe}; ledger in ${data}` : `data in ${data}`})${auth}`);
     const onHup = () => void r.reload();
     process.on('SIGHUP', onHup);
     await new Promise<void>((done) => {
-      const stop = () => void r.close().then(done);
+      // The receiver first (no new batch), then the sinks drain as `hypsink run`'s do.
+      const stop = () =>
+        void r
+          .close()
+          .catch((e: Error) => log.error({ err: e.message }, 'receiver close failed'))
+          .then(() => agg?.close())
+          .then(done, (e: Error) => {
+            log.error({ err: e.message }, 'sinks did not drain');
+            done();
+          });
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
     });
