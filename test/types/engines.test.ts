@@ -100,6 +100,15 @@ async function parquetSchema(c: DuckDBConnection, path: string): Promise<Record<
   return out;
 }
 
+/** Column → the encodings of its chunks, from the file's footer as DuckDB reads it. */
+async function encodings(c: DuckDBConnection, path: string): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const r of await rows(c, `SELECT path_in_schema AS name, string_agg(DISTINCT encodings, '|') AS enc FROM parquet_metadata(${q(path)}) GROUP BY 1`)) {
+    out[String(r.name)] = String(r.enc);
+  }
+  return out;
+}
+
 /** id → [epoch ms of ts, big as text], read back through DuckDB. */
 async function values(c: DuckDBConnection, from: string): Promise<Map<number, [number, string]>> {
   const out = new Map<number, [number, string]>();
@@ -171,6 +180,17 @@ test('DuckDB reads every output format with the types the dataset declares', asy
       for (const col of ['note', 'big', 'payload']) assert.equal(s[col]![0], 'OPTIONAL', `${f}: ${col}`);
     }
     assertValues(await values(c, `read_parquet([${iceberg.map(q).join(', ')}], hive_partitioning = false)`), ids(1, 12));
+
+    // Numbers are never dictionary-encoded (a dictionary of them is built, found too large and
+    // dropped); INT64 and TIMESTAMP are delta-encoded, strings keep their dictionary. @ref LLP 0075
+    for (const f of [p, ...iceberg]) {
+      const enc = await encodings(c, f);
+      for (const col of ['id', 'ts', 'big']) {
+        assert.match(enc[col]!, /DELTA_BINARY_PACKED/, `${f}: ${col}`);
+        assert.doesNotMatch(enc[col]!, /DICTIONARY/, `${f}: ${col}`);
+      }
+      assert.match(enc.kind!, /DICTIONARY/, `${f}: kind`);
+    }
   });
   // The table's schema says the same as its files.
   const meta = (await fsp.readdir(join(dir, 'lake', 'events', 'metadata'))).filter((n) => n.endsWith('.metadata.json')).sort();

@@ -13,7 +13,7 @@
 import { type Data, Field, makeData, type RecordBatch, Table, tableToIPC, Utf8 } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import type { BlobBody, BlobDestination, ColumnSpec, Unit, UnitGuard } from 'hypsink/plugin';
-import { engineBatch, HypsinkError } from 'hypsink/plugin';
+import { columnEncodings, engineBatch, HypsinkError } from 'hypsink/plugin';
 import type { DataFile } from './avro.js';
 import { type IcebergSchema, type IcebergType, SOURCE_FIELD, SOURCE_FIELD_ID } from './schema.js';
 
@@ -265,11 +265,12 @@ async function* parquet(batches: AsyncIterable<RecordBatch>, plan: FilePlan): Bl
       await it.return?.();
     },
   });
-  const props = new pw.WriterPropertiesBuilder()
+  let builder = new pw.WriterPropertiesBuilder()
     .setCompression(plan.compression)
     .setMaxRowGroupSize(plan.rowGroupRows)
-    .setKeyValueMetadata(new Map([['iceberg.schema', JSON.stringify(plan.schema)]]))
-    .build();
+    .setKeyValueMetadata(new Map([['iceberg.schema', JSON.stringify(plan.schema)]]));
+  for (const e of columnEncodings(plan.columns)) builder = builder.setColumnDictionaryEnabled(e.column, e.dictionary).setColumnEncoding(e.column, pw.Encoding[e.encoding]);
+  const props = builder.build();
   try {
     yield* (await pw.transformParquetStream(input, props)) as unknown as AsyncIterable<Uint8Array>;
   } catch (e) {

@@ -9,7 +9,7 @@
 import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
-import { engineBatch, parseSinkConfig, type PluginContext } from 'hypsink/plugin';
+import { columnEncodings, engineBatch, parseSinkConfig, type PluginContext } from 'hypsink/plugin';
 import { withJsonColumns } from './footer.js';
 import type { BlobBody, Encoder, PluginOptionsSpec, StoredBlob, Unit } from 'hypsink/plugin';
 
@@ -60,7 +60,9 @@ async function* encodeBatches(unit: Unit, compression: pw.Compression, rowGroupR
       await batches.return?.();
     },
   });
-  const props = new pw.WriterPropertiesBuilder().setCompression(compression).setMaxRowGroupSize(rowGroupRows).build();
+  let builder = new pw.WriterPropertiesBuilder().setCompression(compression).setMaxRowGroupSize(rowGroupRows);
+  for (const e of columnEncodings(columns)) builder = builder.setColumnDictionaryEnabled(e.column, e.dictionary).setColumnEncoding(e.column, pw.Encoding[e.encoding]);
+  const props = builder.build();
   try {
     const output = await pw.transformParquetStream(input, props);
     yield* output as unknown as AsyncIterable<Uint8Array>;
