@@ -68,6 +68,16 @@ export async function expireSnapshots(
       await store.backoff(attempt, signal);
       continue;
     }
+    // The hint to the version just committed, then nothing removed that the version the hint names reaches:
+    // a reader trusting the hint alone (DuckDB) opens that one, which may still be older (a writer died before
+    // its hint, or its late hint landed in between). @ref LLP 0073
+    const committed = head.version + 1;
+    await store.hint(committed, signal);
+    const hinted = await store.hintedVersion(signal);
+    if (hinted !== null && hinted < committed) {
+      const m = await store.version(hinted, signal);
+      if (m !== null) for (const key of await reachable(store, hinted, m, signal)) doomed.delete(key);
+    }
     for (const [key, namedBy] of doomed) {
       await destination.remove!(key, { signal }).catch((e: unknown) => {
         throw namedIn(e, `${namedBy}; expiry stopped there`);
@@ -110,4 +120,31 @@ async function unreachable(store: TableStore, version: number, kept: readonly Sn
     if (!liveLists.has(key)) doomed.set(key, where(s));
   }
   return doomed;
+}
+
+/**
+ * Every key version `v` (its metadata `m`) reaches: its snapshots' manifest
+ * lists, the manifests they name and the data files those name, each mapped
+ * by the table's one rule (LLP 0063).
+ */
+export async function reachable(store: TableStore, v: number, m: TableMetadata, signal: AbortSignal): Promise<Set<string>> {
+  const keys = new Set<string>();
+  const manifests = new Map<string, string>();
+  for (const s of m.snapshots) {
+    const where = `${store.describe(v)} (snapshot ${s['snapshot-id']})`;
+    const listKey = store.keyOf(s['manifest-list'], where);
+    if (keys.has(listKey)) continue;
+    keys.add(listKey);
+    const named = `manifest list ${s['manifest-list']}`;
+    for (const f of decodeManifestList(await store.avro(s['manifest-list'], where, signal))) {
+      const key = store.keyOf(f.manifestPath, named);
+      if (!manifests.has(key)) manifests.set(key, f.manifestPath);
+    }
+  }
+  for (const [key, location] of manifests) {
+    keys.add(key);
+    const named = `manifest ${location}`;
+    for (const e of decodeManifest(await store.avro(location, named, signal)).entries) keys.add(store.keyOf(e.dataFile.filePath, named));
+  }
+  return keys;
 }
