@@ -7,7 +7,7 @@
  * it alone: it walks forward from it until a version is absent.
  * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule)
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { BlobDestination, Logger } from 'hypsink/plugin';
 import { HypsinkError, isHypsinkError, sleep } from 'hypsink/plugin';
 import type { IcebergSchema, PartitionSpec } from './schema.js';
@@ -65,6 +65,11 @@ export interface UnitMark {
   readonly until: string;
   /** The unit's digest; null in a snapshot committed before digests were recorded. */
   readonly digest: string | null;
+}
+
+/** A writer's tag in its data file names (`<tag>-<since>-<until>-<digest>.parquet`): its identity, hashed. */
+export function writerTag(writer: string): string {
+  return createHash('sha256').update(writer).digest('hex').slice(0, 16);
 }
 
 export function markOf(s: Snapshot): UnitMark | null {
