@@ -237,3 +237,33 @@ test('local-fs: a hint write that lands after another writer committed and hinte
   assert.equal(readFileSync(join(md, 'version-hint.text'), 'utf8').trim(), String(v + 1), 'A\'s late hint left the hint on an older version');
   await fsp.access(join(md, `v${v + 1}.metadata.json`));
 });
+
+test('local-fs: expiry removes nothing the version the hint names still reaches, when an older writer\'s late hint lands right after expiry\'s own', async () => {
+  const lake = join(tempDir('hypsink-ice-hint-late-'), 'lake');
+  const a = await writer({ lake });
+  for (let i = 0; i < 4; i++) await ingestAndExport(a, 'web', 1 + i * 10, 10);
+  await ingestAndExport(a, 'app', 100, 5);
+  const md = join(lake, 'events', 'metadata');
+  const before = newestVersion(md);
+  const inner = localFs(lake);
+  let late = true;
+  // Expiry's hint write, followed at once by a late hint of the version before (a writer that committed it, slow).
+  const dest: BlobDestination = {
+    ...heldHint(inner, () => {}, Promise.resolve()),
+    async replace(key, bytes, opts) {
+      await inner.replace!(key, bytes, opts);
+      if (late && key.endsWith('/metadata/version-hint.text')) {
+        late = false;
+        await inner.replace!(key, new TextEncoder().encode(`${before}\n`), opts);
+      }
+    },
+  };
+  const log = { debug() {}, info() {}, warn() {}, error() {}, child: () => log } as unknown as ConstructorParameters<typeof TableStore>[3];
+  const { expireSnapshots } = await import('../../plugins/format-iceberg/src/maintain.js');
+  const cfg = { maxSnapshotAgeMs: 1, minSnapshotsToKeep: 1, commitAttempts: 40 } as Parameters<typeof expireSnapshots>[2];
+  const done = await expireSnapshots(new TableStore('events', dest, 'lake', log), dest, cfg, { signal: new AbortController().signal, now: Date.now() });
+  assert.match(done, /3 snapshot\(s\) expired, 2 kept; 0 file\(s\) removed/);
+  assert.equal(newestVersion(md), before + 1);
+  assert.equal(readFileSync(join(md, 'version-hint.text'), 'utf8').trim(), String(before), 'the late hint landed');
+  assert.deepEqual(missingUnderHint(md, (l) => fileURLToPath(l)), [], 'files the hinted version names were removed');
+});
