@@ -166,6 +166,13 @@ export interface HeldUnit {
 export interface ListedBlob {
   readonly key: string;
   readonly bytes: number;
+  /**
+   * When the blob was last written (ms since the epoch: a file's mtime, an
+   * object's LastModified), when the listing says. A table's orphan cleanup
+   * removes only blobs older than its safety age, and none without this.
+   * @ref LLP 0073
+   */
+  readonly modifiedMs?: number;
 }
 
 /** One stored blob for an encoder to read back: its size and bytes at any offset. @ref LLP 0037 */

@@ -8,16 +8,16 @@
  * committed (and a copy of this cache, that its rows are not the ones there).
  * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule), LLP 0058 (the digest)
  */
-import { createHash, getRandomValues, randomUUID } from 'node:crypto';
+import { getRandomValues, randomUUID } from 'node:crypto';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
 import { HypsinkError, parseSinkConfig, unitConflict } from 'hypsink/plugin';
 import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
-import { expireSnapshots } from './maintain.js';
+import { expireSnapshots, removeOrphans } from './maintain.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
-import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark } from './table.js';
+import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, writerTag } from './table.js';
 
 const TABLE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
 
@@ -35,6 +35,11 @@ const configSchema = z
     maxSnapshotAgeMs: z.number().int().positive().default(5 * 86_400_000),
     /** `hypsink maintain`: the newest this many snapshots are always kept (history.expire.min-snapshots-to-keep). */
     minSnapshotsToKeep: z.number().int().positive().default(1),
+    /**
+     * `hypsink maintain`: files under the table no version reaches are removed once older than this (Iceberg's
+     * remove_orphan_files `older_than`, 3 days too): far above the longest commit, so no commit on its way loses one. @ref LLP 0073
+     */
+    orphanMinAgeMs: z.number().int().positive().default(3 * 86_400_000),
   })
   .strict();
 export type IcebergConfig = z.infer<typeof configSchema>;
@@ -71,7 +76,7 @@ class IcebergWriter {
   }
 
   private get tag(): string {
-    return createHash('sha256').update(this.writer).digest('hex').slice(0, 16);
+    return writerTag(this.writer);
   }
 
   tableOf(dataset: string): string {
@@ -366,7 +371,9 @@ class IcebergWriter {
     if (!destination.remove) throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": its destination cannot remove blobs, so snapshot expiry cannot run there`);
     const done: string[] = [];
     for (const table of new Set(opts.datasets.map((d) => this.tableOf(d)))) {
-      done.push(await expireSnapshots(new TableStore(table, destination, this.build.sink, this.build.log), destination, this.cfg, opts));
+      const store = new TableStore(table, destination, this.build.sink, this.build.log);
+      const expired = await expireSnapshots(store, destination, this.cfg, opts);
+      done.push(`${expired}; ${await removeOrphans(store, destination, this.cfg, opts)}`);
     }
     return done.join('; ');
   }

@@ -18,7 +18,7 @@
 import type { BlobDestination } from 'hypsink/plugin';
 import { decodeManifest, decodeManifestList } from './avro.js';
 import type { IcebergConfig } from './index.js';
-import { currentSnapshot, markOf, namedIn, nextVersion, type Snapshot, type TableMetadata, type TableStore } from './table.js';
+import { currentSnapshot, hintKey, markOf, namedIn, nextVersion, type Snapshot, type TableMetadata, type TableStore, writerTag } from './table.js';
 
 /** The snapshots to keep, by id. */
 export function keptSnapshots(m: TableMetadata, cfg: Pick<IcebergConfig, 'maxSnapshotAgeMs' | 'minSnapshotsToKeep'>, now: number): Set<number> {
@@ -68,6 +68,16 @@ export async function expireSnapshots(
       await store.backoff(attempt, signal);
       continue;
     }
+    // The hint to the version just committed, then nothing removed that the version the hint names reaches:
+    // a reader trusting the hint alone (DuckDB) opens that one, which may still be older (a writer died before
+    // its hint, or its late hint landed in between). @ref LLP 0073
+    const committed = head.version + 1;
+    await store.hint(committed, signal);
+    const hinted = await store.hintedVersion(signal);
+    if (hinted !== null && hinted < committed) {
+      const m = await store.version(hinted, signal);
+      if (m !== null) for (const key of await reachable(store, hinted, m, signal)) doomed.delete(key);
+    }
     for (const [key, namedBy] of doomed) {
       await destination.remove!(key, { signal }).catch((e: unknown) => {
         throw namedIn(e, `${namedBy}; expiry stopped there`);
@@ -110,4 +120,110 @@ async function unreachable(store: TableStore, version: number, kept: readonly Sn
     if (!liveLists.has(key)) doomed.set(key, where(s));
   }
   return doomed;
+}
+
+/**
+ * Every key version `v` (its metadata `m`) reaches: its snapshots' manifest
+ * lists, the manifests they name and the data files those name, each mapped
+ * by the table's one rule (LLP 0063).
+ */
+export async function reachable(store: TableStore, v: number, m: TableMetadata, signal: AbortSignal): Promise<Set<string>> {
+  const keys = new Set<string>();
+  const manifests = new Map<string, string>();
+  for (const s of m.snapshots) {
+    const where = `${store.describe(v)} (snapshot ${s['snapshot-id']})`;
+    const listKey = store.keyOf(s['manifest-list'], where);
+    if (keys.has(listKey)) continue;
+    keys.add(listKey);
+    const named = `manifest list ${s['manifest-list']}`;
+    for (const f of decodeManifestList(await store.avro(s['manifest-list'], where, signal))) {
+      const key = store.keyOf(f.manifestPath, named);
+      if (!manifests.has(key)) manifests.set(key, f.manifestPath);
+    }
+  }
+  for (const [key, location] of manifests) {
+    keys.add(key);
+    const named = `manifest ${location}`;
+    for (const e of decodeManifest(await store.avro(location, named, signal)).entries) keys.add(store.keyOf(e.dataFile.filePath, named));
+  }
+  return keys;
+}
+
+/** A data file hypsink wrote: `<writer tag>-<since>-<until>-<digest>.parquet`. */
+const DATA_FILE = /^([0-9a-f]{16})-(\d+)-(\d+)-[^/]*\.parquet$/;
+
+/**
+ * Orphan cleanup: files under the table's `data/` and `metadata/` that neither
+ * the head nor the version the hint names reaches, and that are older than
+ * `orphanMinAgeMs`, are removed; metadata versions and the hint never are.
+ * Why that never removes a file a writer could still commit:
+ * - manifests and manifest lists get a fresh name each attempt, and are
+ *   committed within one commit's time of being written: while a writer
+ *   commits them they are younger than the safety age;
+ * - a data file's name is the unit's, and a unit's retry reuses a file an
+ *   earlier attempt left (create-if-absent), however old: so a data file of a
+ *   writer the head names is kept while its `since` is not below that
+ *   writer's newest committed `until` (the only unit it can still commit is
+ *   after its newest), and one of a writer the head does not name at all is
+ *   kept (its first unit may still come);
+ * - everything else a new version can reach was reached by the head read
+ *   first (a commit carries its parent's manifests), or is new.
+ * Keys come from the destination's listing under the table's own folder (a
+ * sibling `events-old/` is not `events/`), and a key with an empty, `.` or
+ * `..` name is never removed.
+ * @ref LLP 0073, LLP 0063
+ */
+export async function removeOrphans(store: TableStore, destination: BlobDestination, cfg: Pick<IcebergConfig, 'orphanMinAgeMs'>, opts: { signal: AbortSignal; now: number }): Promise<string> {
+  const { signal } = opts;
+  const head = await store.head(signal);
+  if (head === null) return 'no orphans';
+  const live = await reachable(store, head.version, head.metadata, signal);
+  const hinted = await store.hintedVersion(signal);
+  if (hinted !== null && hinted !== head.version) {
+    const m = await store.version(hinted, signal);
+    if (m !== null) for (const k of await reachable(store, hinted, m, signal)) live.add(k);
+  }
+  // The newest committed `until` of each writer and partition; per writer tag, the lowest of them.
+  const newest = new Map<string, bigint>();
+  for (const s of head.metadata.snapshots) {
+    const mark = markOf(s);
+    if (mark === null) continue;
+    const k = `${mark.writer}\n${mark.partition}`;
+    const until = BigInt(mark.until);
+    if ((newest.get(k) ?? -1n) < until) newest.set(k, until);
+  }
+  const floor = new Map<string, bigint>();
+  for (const [k, until] of newest) {
+    const tag = writerTag(k.slice(0, k.indexOf('\n')));
+    const had = floor.get(tag);
+    if (had === undefined || until < had) floor.set(tag, until);
+  }
+  const mayCommit = (name: string) => {
+    const m = DATA_FILE.exec(name);
+    if (m === null) return false;
+    const f = floor.get(m[1]!);
+    return f === undefined || BigInt(m[2]!) >= f;
+  };
+  const root = `${store.tableKey}/`;
+  const hint = hintKey(store.tableKey);
+  let removed = 0;
+  let young = 0;
+  for await (const b of destination.list!(root, { signal })) {
+    const names = b.key.slice(root.length).split('/');
+    if (!b.key.startsWith(root) || names.some((n) => n === '' || n === '.' || n === '..')) continue;
+    if (names[0] !== 'data' && names[0] !== 'metadata') continue;
+    if (b.key === hint || (names.length === 2 && names[0] === 'metadata' && /^v\d+\.metadata\.json$/.test(names[1]!))) continue;
+    if (live.has(b.key)) continue;
+    if (names[0] === 'data' && mayCommit(names.at(-1)!)) continue;
+    // Without a time in the listing its age is unknown: it may be a commit's on its way.
+    if (b.modifiedMs === undefined || opts.now - b.modifiedMs < cfg.orphanMinAgeMs) {
+      young++;
+      continue;
+    }
+    await destination.remove!(b.key, { signal }).catch((e: unknown) => {
+      throw namedIn(e, `orphan cleanup of ${destination.describe(root)}; it stopped there`);
+    });
+    removed++;
+  }
+  return `${removed} orphan file(s) removed${young > 0 ? `, ${young} younger than ${cfg.orphanMinAgeMs} ms kept` : ''}`;
 }

@@ -7,7 +7,7 @@
  * it alone: it walks forward from it until a version is absent.
  * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule)
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { BlobDestination, Logger } from 'hypsink/plugin';
 import { HypsinkError, isHypsinkError, sleep } from 'hypsink/plugin';
 import type { IcebergSchema, PartitionSpec } from './schema.js';
@@ -65,6 +65,11 @@ export interface UnitMark {
   readonly until: string;
   /** The unit's digest; null in a snapshot committed before digests were recorded. */
   readonly digest: string | null;
+}
+
+/** A writer's tag in its data file names (`<tag>-<since>-<until>-<digest>.parquet`): its identity, hashed. */
+export function writerTag(writer: string): string {
+  return createHash('sha256').update(writer).digest('hex').slice(0, 16);
 }
 
 export function markOf(s: Snapshot): UnitMark | null {
@@ -181,9 +186,7 @@ export class TableStore {
   }
 
   private async hinted(signal: AbortSignal): Promise<number> {
-    const bytes = await this.destination.get!(hintKey(this.tableKey), { signal });
-    const n = bytes === null ? Number.NaN : Number.parseInt(new TextDecoder().decode(bytes).trim(), 10);
-    return Number.isSafeInteger(n) && n > 0 ? n : this.listed(signal);
+    return (await this.hintedVersion(signal)) ?? this.listed(signal);
   }
 
   private async listed(signal: AbortSignal): Promise<number> {
@@ -210,13 +213,39 @@ export class TableStore {
   }
 
   /**
-   * Point the hint at `v`, unless a newer version is already there (a writer
-   * after us points it further). A stale hint is only slower to read: readers
-   * that walk forward, as this one does, still find the head.
+   * Point the hint at `v`, or at the newest version when a newer one is there,
+   * and end on the newest: after writing, look again for `v+1`. A writer that
+   * committed `v+1` after our look may have written its hint before ours
+   * landed (S3 has no compare-and-swap for a replace), so ours would stand
+   * behind it; then the newest is written again. The last hint written is thus
+   * never behind a version whose writer finished its hint. Returns the version
+   * the hint was last pointed at.
+   * @ref LLP 0073
    */
-  async hint(v: number, signal: AbortSignal): Promise<void> {
-    if ((await this.destination.get!(versionKey(this.tableKey, v + 1), { signal })) !== null) return;
-    await this.destination.replace!(hintKey(this.tableKey), new TextEncoder().encode(`${v}\n`), { contentType: 'text/plain', signal });
+  async hint(v: number, signal: AbortSignal): Promise<number> {
+    for (;;) {
+      while (await this.exists(v + 1, signal)) v += 1;
+      await this.destination.replace!(hintKey(this.tableKey), new TextEncoder().encode(`${v}\n`), { contentType: 'text/plain', signal });
+      if (!(await this.exists(v + 1, signal))) return v;
+    }
+  }
+
+  private async exists(v: number, signal: AbortSignal): Promise<boolean> {
+    return (await this.destination.get!(versionKey(this.tableKey, v), { signal })) !== null;
+  }
+
+  /** The version the hint names, as a reader that trusts it alone would open it; null without a usable hint. */
+  async hintedVersion(signal: AbortSignal): Promise<number | null> {
+    const bytes = await this.destination.get!(hintKey(this.tableKey), { signal });
+    const n = bytes === null ? Number.NaN : Number.parseInt(new TextDecoder().decode(bytes).trim(), 10);
+    return Number.isSafeInteger(n) && n > 0 ? n : null;
+  }
+
+  /** Version `v` of the metadata, checked against the table (LLP 0063); null when it is not there. */
+  async version(v: number, signal: AbortSignal): Promise<TableMetadata | null> {
+    const m = await this.json(versionKey(this.tableKey, v), signal);
+    if (m !== null) this.checkMetadata(m, v);
+    return m;
   }
 
   /** Where this table is, as its metadata should name it: the destination's location of its key. */

@@ -55,7 +55,7 @@ async function* walk(dir: string, rel: string, namePrefix: string, skip: string 
     if (ent.isDirectory()) yield* walk(path, `${rel}${ent.name}/`, '', undefined, signal);
     else if (ent.isFile()) {
       const st = await lstatOrNull(path);
-      if (st?.isFile()) yield { key: `${rel}${ent.name}`, bytes: st.size };
+      if (st?.isFile()) yield { key: `${rel}${ent.name}`, bytes: st.size, modifiedMs: st.mtimeMs };
     }
   }
 }

@@ -493,7 +493,7 @@ export class S3Destination implements BlobDestination {
       );
       for (const o of page.Contents ?? []) {
         if (!o.Key?.startsWith(root) || o.Key.endsWith('/')) continue;
-        yield { key: o.Key.slice(root.length), bytes: o.Size ?? 0 };
+        yield { key: o.Key.slice(root.length), bytes: o.Size ?? 0, ...(o.LastModified ? { modifiedMs: o.LastModified.getTime() } : {}) };
       }
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
