@@ -1,0 +1,150 @@
+/**
+ * Commit cost independent of history (issue 31): 1,000 one-row units to one
+ * table through the host API in one process, then, from the files on disk
+ * (not from anything the writer says of itself), what each commit read and
+ * wrote: the parent's manifest list and the manifests it merged away (read),
+ * its own manifest list and the manifests it wrote (written). Flat from the
+ * first units to the last, as structural counts (bytes, entries), never time:
+ * the 5,000-unit figure and the latency are the bench's (`iceberg` group).
+ * Merged manifests keep every entry's snapshot id and sequence numbers; icebird
+ * reads every row once, before and after expiry.
+ * @ref LLP 0072
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+import { decodeManifest, decodeManifestList, type ManifestFile } from '../../plugins/format-iceberg/src/avro.js';
+import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { avroFilesOf, checkAvroFiles, fileRoute, readIcebergTable, serveDir } from '../support/iceberg.js';
+import { tempDir } from '../support/tmp.js';
+
+const UNITS = 1000;
+/** The first and the last units compared. */
+const WINDOW = 200;
+
+interface Snap {
+  'snapshot-id': number;
+  'parent-snapshot-id'?: number;
+  'sequence-number': number;
+  'manifest-list': string;
+  summary: Record<string, string>;
+}
+
+const pathOf = (location: string) => fileURLToPath(location);
+
+async function setup(writerConfig: Json) {
+  const dir = tempDir('hypsink-iceberg-cost-');
+  const c = sampleConfig();
+  delete (c.sinks as Record<string, unknown>).archive;
+  c.sinks.lake = { writer: '@hypsink/format-iceberg', destination: '@hypsink/local-fs', datasets: ['events'], config: { dir: 'lake' }, unit: { maxRows: 1 }, writerConfig };
+  return { dir, config: await writeConfig(dir, c), table: join(dir, 'lake', 'events') };
+}
+
+function head(table: string): { snapshots: Snap[] } {
+  const v = Math.max(...readdirSync(join(table, 'metadata')).flatMap((n) => /^v(\d+)\.metadata\.json$/.exec(n)?.[1] ?? []).map(Number));
+  return JSON.parse(readFileSync(join(table, 'metadata', `v${v}.metadata.json`), 'utf8'));
+}
+
+async function readIds(dir: string, table: string): Promise<number[]> {
+  const srv = await serveDir(dir);
+  try {
+    const { rows } = await readIcebergTable({ tableUrl: `file://${table}`, route: fileRoute(dir, srv.url) });
+    return rows.map((r) => Number(r.id)).sort((a, b) => a - b);
+  } finally {
+    await srv.close();
+  }
+}
+
+const maxOf = (xs: readonly number[]) => Math.max(...xs);
+
+test(`${UNITS} one-row units: manifest list, bytes and manifests read and written per commit flat from the first ${WINDOW} units to the last; every row once, sequence numbers kept through merges and expiry`, { timeout: 300_000 }, async () => {
+  // A small target manifest size, so the test's history crosses it many times (the default, 8 MiB, is Iceberg's).
+  const s = await setup({ manifestTargetBytes: 16_384, manifestMinCountToMerge: 50, maxSnapshotAgeMs: 1, minSnapshotsToKeep: 1 });
+  const { k } = await openKernel(s.config);
+  try {
+    const r = await ingestText(k, 'web', eventLines(1, UNITS));
+    assert.equal(r.rejected, 0);
+    for (let shipped = 0; shipped < UNITS; ) {
+      const e = await k.export('lake');
+      for (const p of e[0]!.partitions) assert.equal(p.error, null, JSON.stringify(p.error));
+      const n = e[0]!.units;
+      assert.ok(n > 0, `export stalled at ${shipped} units`);
+      shipped += n;
+    }
+  } finally {
+    await k.close();
+  }
+
+  const snaps = [...head(s.table).snapshots].sort((a, b) => a['sequence-number'] - b['sequence-number']);
+  assert.equal(snaps.length, UNITS);
+  const lists = new Map<number, { bytes: number; manifests: ManifestFile[] }>();
+  for (const x of snaps) {
+    const bytes = readFileSync(pathOf(x['manifest-list']));
+    lists.set(x['snapshot-id'], { bytes: bytes.length, manifests: decodeManifestList(bytes) });
+  }
+  // Per commit, from disk: read = the parent's list and each manifest it no longer lists; written = its list and each manifest it added.
+  const cost = snaps.map((x) => {
+    const mine = lists.get(x['snapshot-id'])!;
+    const parent = x['parent-snapshot-id'] === undefined ? undefined : lists.get(x['parent-snapshot-id']);
+    const now = new Set(mine.manifests.map((m) => m.manifestPath));
+    const dropped = (parent?.manifests ?? []).filter((m) => !now.has(m.manifestPath));
+    const added = mine.manifests.filter((m) => m.addedSnapshotId === x['snapshot-id']);
+    return {
+      listBytes: mine.bytes,
+      listEntries: mine.manifests.length,
+      readBytes: (parent?.bytes ?? 0) + dropped.reduce((a, m) => a + m.manifestLength, 0),
+      manifestsRead: dropped.length,
+      writtenBytes: mine.bytes + added.reduce((a, m) => a + m.manifestLength, 0),
+    };
+  });
+  const first = cost.slice(0, WINDOW);
+  const last = cost.slice(-WINDOW);
+  for (const k of ['listBytes', 'listEntries', 'readBytes', 'manifestsRead', 'writtenBytes'] as const) {
+    const a = maxOf(first.map((c) => c[k]));
+    const b = maxOf(last.map((c) => c[k]));
+    assert.ok(b <= 1.5 * a, `${k}: at most ${b} per commit over the last ${WINDOW} units against ${a} over the first ${WINDOW}: it grows with history`);
+  }
+  // Manifests were merged (some commit read manifests), and the table's manifests now hold many units each.
+  assert.ok(maxOf(cost.map((c) => c.manifestsRead)) > 0, 'no commit merged manifests');
+  const current = lists.get(snaps.at(-1)!['snapshot-id'])!.manifests;
+  assert.ok(current.length < UNITS / 5, `the current snapshot lists ${current.length} manifests for ${UNITS} units`);
+
+  // Every data file once in the current snapshot, with the snapshot id and sequence number of the commit that added it.
+  const addedBy = new Map<string, Snap>();
+  for (const x of snaps) addedBy.set(`${x.summary['hypsink.since']}-${x.summary['hypsink.until']}-`, x);
+  const seen = new Set<string>();
+  for (const mf of current) {
+    const { entries } = decodeManifest(readFileSync(pathOf(mf.manifestPath)));
+    for (const e of entries) {
+      assert.notEqual(e.status, 2, 'a DELETED entry in an append-only table');
+      const path = e.dataFile.filePath;
+      assert.ok(!seen.has(path), `${path} listed twice`);
+      seen.add(path);
+      const range = /-(\d+-\d+-)u1-[^/]*\.parquet$/.exec(path)?.[1];
+      const by = range === undefined ? undefined : addedBy.get(range);
+      assert.ok(by, `${path}: no snapshot of its range`);
+      assert.equal(e.snapshotId ?? mf.addedSnapshotId, by['snapshot-id'], `${path}: snapshot id`);
+      assert.equal(e.sequenceNumber ?? mf.sequenceNumber, by['sequence-number'], `${path}: data sequence number`);
+      assert.equal(e.fileSequenceNumber ?? mf.sequenceNumber, by['sequence-number'], `${path}: file sequence number`);
+      if (mf.addedSnapshotId !== by['snapshot-id']) assert.equal(e.status, 0, `${path}: carried into a merged manifest, it is EXISTING`);
+    }
+  }
+  assert.equal(seen.size, UNITS);
+  const all = Array.from({ length: UNITS }, (_, i) => i + 1);
+  assert.deepEqual(await readIds(s.dir, s.table), all);
+
+  // Expiry: the older snapshots go, with the manifests only they listed; every data file a merged manifest holds stays.
+  const { k: k2 } = await openKernel(s.config);
+  try {
+    const r = await k2.maintain({ tables: true });
+    assert.match(r.tables[0]!.done, /snapshot\(s\) expired/);
+  } finally {
+    await k2.close();
+  }
+  assert.ok(head(s.table).snapshots.length < 5);
+  for (const path of seen) assert.ok(existsSync(pathOf(path)) && statSync(pathOf(path)).size > 0, `${path} removed by expiry though live`);
+  assert.deepEqual(await readIds(s.dir, s.table), all);
+  await checkAvroFiles(await avroFilesOf(s.table));
+});
