@@ -92,6 +92,8 @@ async function setup(dest: Dest): Promise<Setup> {
     datasets: ['events'],
     // Two units a partition per export: the crash hits one of several.
     unit: { maxRows: 5 },
+    // Manifests merge at almost every commit (LLP 0072): a crash hits merged lists too.
+    writerConfig: { manifestMinCountToMerge: 2 },
     config:
       dest === 'local-fs'
         ? { dir: 'lake' }
