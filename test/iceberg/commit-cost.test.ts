@@ -16,6 +16,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { decodeManifest, decodeManifestList, type ManifestFile } from '../../plugins/format-iceberg/src/avro.js';
+import { mergeRule } from '../../plugins/format-iceberg/src/merge.js';
+import type { TableMetadata } from '../../plugins/format-iceberg/src/table.js';
 import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { avroFilesOf, checkAvroFiles, fileRoute, readIcebergTable, serveDir } from '../support/iceberg.js';
 import { tempDir } from '../support/tmp.js';
@@ -147,4 +149,16 @@ test(`${UNITS} one-row units: manifest list, bytes and manifests read and writte
   for (const path of seen) assert.ok(existsSync(pathOf(path)) && statSync(pathOf(path)).size > 0, `${path} removed by expiry though live`);
   assert.deepEqual(await readIds(s.dir, s.table), all);
   await checkAvroFiles(await avroFilesOf(s.table));
+});
+
+test("the merge settings: the sink's writerConfig, unless the table's properties set Iceberg's own names", () => {
+  const cfg = { manifestMerge: true, manifestMinCountToMerge: 100, manifestTargetBytes: 8 << 20 };
+  const table = (properties: Record<string, string>) => ({ properties }) as unknown as TableMetadata;
+  assert.deepEqual(mergeRule(table({}), cfg), { enabled: true, minCountToMerge: 100, targetBytes: 8 << 20 });
+  assert.deepEqual(
+    mergeRule(table({ 'commit.manifest-merge.enabled': 'FALSE', 'commit.manifest.min-count-to-merge': '7', 'commit.manifest.target-size-bytes': '4096' }), cfg),
+    { enabled: false, minCountToMerge: 7, targetBytes: 4096 },
+  );
+  // A value that is no count is not taken: the sink's setting holds.
+  assert.deepEqual(mergeRule(table({ 'commit.manifest.min-count-to-merge': 'many', 'commit.manifest.target-size-bytes': '-1' }), cfg), { enabled: true, minCountToMerge: 100, targetBytes: 8 << 20 });
 });
