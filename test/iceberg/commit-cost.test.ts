@@ -16,8 +16,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { decodeManifest, decodeManifestList, type ManifestFile } from '../../plugins/format-iceberg/src/avro.js';
-import { mergeRule } from '../../plugins/format-iceberg/src/merge.js';
-import type { TableMetadata } from '../../plugins/format-iceberg/src/table.js';
+import { encodeManifest, type ManifestEntry, manifestFileOf, type PartitionField } from '../../plugins/format-iceberg/src/avro.js';
+import { carryOver, mergeRule } from '../../plugins/format-iceberg/src/merge.js';
+import { TableStore, type TableMetadata } from '../../plugins/format-iceberg/src/table.js';
+import { localFs } from '../support/local-fs.js';
 import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { avroFilesOf, checkAvroFiles, fileRoute, readIcebergTable, serveDir } from '../support/iceberg.js';
 import { tempDir } from '../support/tmp.js';
@@ -170,4 +172,51 @@ test("the merge settings: the sink's writerConfig, unless the table's properties
   );
   // A value that is no count is not taken: the sink's setting holds.
   assert.deepEqual(mergeRule(table({ 'commit.manifest.min-count-to-merge': 'many', 'commit.manifest.target-size-bytes': '-1' }), cfg), { enabled: true, minCountToMerge: 100, targetBytes: 8 << 20 });
+});
+
+test('carryOver: EXISTING entries keep the inherited snapshot id and sequence numbers, DELETED ones are dropped, a bin left with nothing is no manifest, below the count nothing is read', async () => {
+  const dir = tempDir('hypsink-iceberg-merge-');
+  const dest = localFs(dir);
+  const store = new TableStore('t', dest, 'lake', { debug() {}, info() {}, warn() {}, error() {} } as never);
+  const schema = { type: 'struct', 'schema-id': 0, fields: [{ id: 1, name: 'source', required: true, type: 'string' }] } as const;
+  const spec = { 'spec-id': 0, fields: [{ 'source-id': 1, 'field-id': 1000, name: 'source', transform: 'identity' }] } as const;
+  const fields: PartitionField[] = [{ name: 'source', fieldId: 1000, type: 'string' }];
+  const file = (n: string) => ({ filePath: dest.locate!(`t/data/${n}.parquet`), partition: { source: 'a' }, recordCount: 1, fileSizeInBytes: 10, valueCounts: new Map(), nullValueCounts: new Map(), lowerBounds: new Map(), upperBounds: new Map() });
+  // Four manifests as four earlier commits wrote them (sequence numbers 1-4); the last two only delete.
+  const base: ManifestFile[] = [];
+  const written: [number, ManifestEntry[]][] = [
+    [1, [{ status: 1, snapshotId: null, sequenceNumber: null, fileSequenceNumber: null, dataFile: file('a') }]],
+    [2, [{ status: 1, snapshotId: null, sequenceNumber: null, fileSequenceNumber: null, dataFile: file('b') }, { status: 2, snapshotId: 2, sequenceNumber: 1, fileSequenceNumber: 1, dataFile: file('a0') }]],
+    [3, [{ status: 2, snapshotId: 3, sequenceNumber: 2, fileSequenceNumber: 2, dataFile: file('b0') }]],
+    [4, [{ status: 2, snapshotId: 4, sequenceNumber: 2, fileSequenceNumber: 2, dataFile: file('c0') }]],
+  ];
+  for (const [seq, entries] of written) {
+    const bytes = encodeManifest({ schemaJson: JSON.stringify(schema), schemaId: 0, specId: 0, partitionFields: fields, partitionSpecJson: JSON.stringify(spec.fields), entries });
+    const key = `t/metadata/m${seq}.avro`;
+    await dest.putIfAbsent(key, (async function* () { yield bytes; })(), { contentType: 'application/avro', signal: AbortSignal.timeout(10_000), exclusive: true });
+    base.push(manifestFileOf({ manifestPath: dest.locate!(key), manifestLength: bytes.length, specId: 0, snapshotId: 100 + seq, sequenceNumber: seq, partitionFields: fields, entries }));
+  }
+  const input = (minCountToMerge: number, targetBytes = 1 << 20) => ({
+    store, destination: dest as never, rule: { enabled: true, minCountToMerge, targetBytes }, base, listLocation: 'the parent list',
+    schema: schema as never, spec: spec as never, fields, snapshotId: 200, sequenceNumber: 9, signal: AbortSignal.timeout(10_000),
+  });
+  // Below the count (4 small and this unit's own make 5): carried as they are, nothing read.
+  const none = await carryOver(input(6));
+  assert.deepEqual({ read: none.read, written: none.written.length, paths: none.manifests.map((m) => m.manifestPath) }, { read: 0, written: 0, paths: base.map((m) => m.manifestPath) });
+  // Manifests already at the target size are never merged.
+  const full = await carryOver(input(2, 1));
+  assert.equal(full.read, 0);
+  const got = await carryOver(input(5));
+  assert.equal(got.read, 4);
+  assert.equal(got.manifests.length, 1, 'one merged manifest');
+  const mf = got.manifests[0]!;
+  assert.deepEqual([mf.addedSnapshotId, mf.sequenceNumber, mf.minSequenceNumber, mf.addedFilesCount, mf.existingFilesCount, mf.deletedFilesCount], [200, 9, 1, 0, 2, 0]);
+  const { entries } = decodeManifest(readFileSync(pathOf(mf.manifestPath)));
+  assert.deepEqual(
+    entries.map((e) => [e.dataFile.filePath.replace(/.*\//, ''), e.status, e.snapshotId, e.sequenceNumber, e.fileSequenceNumber]),
+    [['a.parquet', 0, 101, 1, 1], ['b.parquet', 0, 102, 2, 2]],
+  );
+  // A bin whose entries are all DELETED leaves no manifest.
+  const onlyDeletes = await carryOver({ ...input(2), base: base.slice(2) });
+  assert.deepEqual([onlyDeletes.read, onlyDeletes.manifests.length, onlyDeletes.written.length], [2, 0, 0]);
 });

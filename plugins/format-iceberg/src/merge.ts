@@ -101,6 +101,11 @@ export async function carryOver(x: MergeInput): Promise<Merged> {
       entries.push(...(await carried(x, f)));
       read += 1;
     }
+    // Only DELETED entries (a replace's leftovers): nothing is live there, so no manifest takes their place.
+    if (entries.length === 0) {
+      for (const f of b) replaced.set(f, null);
+      continue;
+    }
     const bytes = encodeManifest({
       schemaJson: JSON.stringify(x.schema),
       schemaId: x.schema['schema-id'],
