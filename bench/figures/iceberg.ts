@@ -14,15 +14,26 @@
  *   version created, and the races it lost on the way, from each writer's
  *   `iceberg: committed` debug line. The median commit time, and retries per
  *   commit over all the commits of that run.
- * @ref LLP 0051
+ * - `iceberg_commit_history_ratio`: one writer, one-row units (one commit
+ *   each) to one table, 5,000 of them (--quick 2,000): the median commit time
+ *   of the 100 commits after the last one ÷ that of the 100 commits after the
+ *   100th (≤ 1.5). Manifests merge on commit (LLP 0072); snapshots are expired
+ *   every 500 units, as `maintain --tables` does on the daemon's schedule, so
+ *   what the history costs here is the table's manifests, not its snapshot log
+ *   (which only expiry bounds: LLP 0072 says so).
+ * @ref LLP 0051, LLP 0072
  */
 import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { BenchContext } from '../lib/context.js';
-import { figure, type FigureGroup, ge, report } from '../lib/figure.js';
+import { figure, type FigureGroup, ge, le, report } from '../lib/figure.js';
 import { DATASET, localFsSink, openKernel, type SinkSpec, tick, writeWorkspace } from '../lib/kernel.js';
 import { median, pairedRates, settle, timed } from '../lib/measure.js';
+import { createLogger } from '../../kernel/log.js';
+import { Hypsink } from '../../kernel/runtime.js';
+import { loadConfig } from '../../kernel/config/load.js';
+import { fillPartition } from '../lib/fill.js';
 import { REPO } from '../lib/receiver.js';
 import { sharedPartition } from '../lib/shared.js';
 
@@ -122,6 +133,44 @@ async function concurrentCommits(ctx: BenchContext, n: number, rowsPerWriter: nu
   return { n, medianMs, retries, snapshots, exportMs, p90Ms: quantile(commits.map((c) => c.ms), 0.9), maxAttempts: Math.max(...commits.map((c) => c.attempts)) };
 }
 
+/**
+ * One writer's commits to one table as its history grows: batches of
+ * one-row units, each batch one export tick, snapshots expired every
+ * `expireEvery` units. Commit times from the writer's `iceberg: committed` line.
+ */
+async function commitsOverHistory(ctx: BenchContext, units: number) {
+  const batch = 100;
+  const expireEvery = 500;
+  const root = await ctx.tempDir('iceberg-history');
+  const sink = icebergSink(join(root, 'lake'), { unit: { maxRows: 1 }, writerConfig: { maxSnapshotAgeMs: 1, minSnapshotsToKeep: 100 } });
+  const ws = await writeWorkspace(root, { lake: sink });
+  const commits: { ms: number; merged: number }[] = [];
+  const log = createLogger('debug', {
+    write(line: string) {
+      if (!line.includes('iceberg: committed')) return;
+      const o = JSON.parse(line) as { commitMs: number; manifestsMerged: number };
+      commits.push({ ms: o.commitMs, merged: o.manifestsMerged });
+    },
+  });
+  const k = await Hypsink.open(await loadConfig(ws.configPath), { log });
+  try {
+    let next = 1;
+    for (let done = 0; done < units; done += batch) {
+      if (done % 1000 === 0) ctx.progress(`iceberg: commits over history, ${done}/${units} units`);
+      next = await fillPartition(k, 'w', batch, { firstId: next });
+      const t = await tick(k, 'lake');
+      if (t.units !== batch) throw new Error(`iceberg: a tick shipped ${t.units} units, expected ${batch}`);
+      if ((done + batch) % expireEvery === 0) await k.maintain({ tables: true });
+    }
+  } finally {
+    await k.close();
+  }
+  if (commits.length !== units) throw new Error(`iceberg: ${commits.length} commits logged, expected ${units}`);
+  const early = median(commits.slice(100, 200).map((c) => c.ms));
+  const late = median(commits.slice(-100).map((c) => c.ms));
+  return { early, late, ratio: late / early, maxMerged: Math.max(...commits.map((c) => c.merged)) };
+}
+
 function quantile(xs: readonly number[], q: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
@@ -129,9 +178,14 @@ function quantile(xs: readonly number[], q: number): number {
 
 export const icebergGroup: FigureGroup = {
   id: 'iceberg',
-  title: 'Iceberg export rows/s ÷ local-fs Parquet rows/s; commit latency and lost races with 1, 4, 8 writers on one table',
+  title: 'Iceberg export rows/s ÷ local-fs Parquet rows/s; commit latency at 100 and at 5,000 units of history; commit latency and lost races with 1, 4, 8 writers on one table',
   async run(ctx: BenchContext) {
     const figures = [await exportVsParquet(ctx)];
+    const units = ctx.size(5000, 2000);
+    ctx.progress(`iceberg: commit latency over ${units} units of history`);
+    const h = await commitsOverHistory(ctx, units);
+    ctx.detail('iceberg_commit_history_ratio', { units, medianMsAt100: h.early, medianMsAtEnd: h.late, maxManifestsMergedInOneCommit: h.maxMerged });
+    figures.push(figure('iceberg_commit_history_ratio', h.ratio, le(1.5), [h.ratio]));
     const rowsPerWriter = ctx.size(4000, 1000);
     const unitRows = 100;
     for (const n of [1, 4, 8]) {

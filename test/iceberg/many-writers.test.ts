@@ -68,7 +68,8 @@ async function workspace(root: string, k: number, dest: Destination): Promise<st
         config: dest.config,
         unit: { maxRows: MAX_UNIT_ROWS },
         // More attempts than the default: with this many writers and tiny units a unit can lose many races in a row.
-        writerConfig: { commitAttempts: 200 },
+        // Manifests merge after a few units (LLP 0072), so racing writers merge the same parent's manifests and re-base their merges.
+        writerConfig: { commitAttempts: 200, manifestMinCountToMerge: 4 },
       },
     },
   };

@@ -16,6 +16,7 @@ import { HypsinkError, parseSinkConfig, unitConflict } from 'hypsink/plugin';
 import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
 import { expireSnapshots, removeOrphans } from './maintain.js';
+import { carryOver, mergeRule } from './merge.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
 import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, writerTag } from './table.js';
 
@@ -40,6 +41,14 @@ const configSchema = z
      * remove_orphan_files `older_than`, 3 days too): far above the longest commit, so no commit on its way loses one. @ref LLP 0073
      */
     orphanMinAgeMs: z.number().int().positive().default(3 * 86_400_000),
+    /**
+     * Merge the parent's small manifests on commit (Iceberg's commit.manifest-merge.enabled), once this many
+     * have gathered (commit.manifest.min-count-to-merge), into manifests of about this size
+     * (commit.manifest.target-size-bytes). The table's own properties of those names win. @ref LLP 0072
+     */
+    manifestMerge: z.boolean().default(true),
+    manifestMinCountToMerge: z.number().int().min(2).default(100),
+    manifestTargetBytes: z.number().int().positive().default(8 * 1024 * 1024),
   })
   .strict();
 export type IcebergConfig = z.infer<typeof configSchema>;
@@ -264,8 +273,12 @@ class IcebergWriter {
       const seq = m['last-sequence-number'] + 1;
       const parent = currentSnapshot(m);
       const base = parent ? await this.manifestsOf(store, head, parent, unit.signal) : [];
+      // The parent's small manifests merged once enough have gathered: what a commit reads and writes stays bounded. @ref LLP 0072
+      const carried = parent
+        ? await carryOver({ store, destination, rule: mergeRule(m, this.cfg), base, listLocation: parent['manifest-list'], schema: currentSchema(m), spec, fields, snapshotId: id, sequenceNumber: seq, signal: unit.signal })
+        : { manifests: [], read: 0 };
       const mine = manifestFileOf({ manifestPath: locate(manifestKey), manifestLength: manifest.length, specId: spec['spec-id'], snapshotId: id, sequenceNumber: seq, partitionFields: fields, entries });
-      const list = encodeManifestList({ snapshotId: id, parentSnapshotId: parent ? parent['snapshot-id'] : null, sequenceNumber: seq, manifests: [...base, mine] });
+      const list = encodeManifestList({ snapshotId: id, parentSnapshotId: parent ? parent['snapshot-id'] : null, sequenceNumber: seq, manifests: [...carried.manifests, mine] });
       const listKey = `${table}/metadata/snap-${id}-${attempt + 1}-${randomUUID()}.avro`;
       await destination.putIfAbsent(listKey, once(list), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
       fault('iceberg.afterManifestList');
@@ -291,7 +304,7 @@ class IcebergWriter {
         await store.hint(head.version + 1, unit.signal);
         fault('iceberg.afterVersionHint');
         // How long the commit took and how many races it lost: what tells a table with too many writers.
-        this.build.log.debug({ sink: unit.sink, table, version: head.version + 1, attempts: attempt + 1, commitMs: Math.round((performance.now() - commitStarted) * 10) / 10 }, 'iceberg: committed');
+        this.build.log.debug({ sink: unit.sink, table, version: head.version + 1, attempts: attempt + 1, manifestsMerged: carried.read, commitMs: Math.round((performance.now() - commitStarted) * 10) / 10 }, 'iceberg: committed');
         return { rows: unit.plannedRows, bytes, duplicate: false };
       }
       if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
