@@ -334,14 +334,18 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('ctl')
-    .description("talk to a running daemon's API (hypsink run --api): status, pause, resume, restart, reload, health")
-    .argument('<action>', 'status, pause, resume, restart, reload or health')
-    .argument('[sink]', 'the sink (pause, resume and restart need one; status shows one)')
+    .description("talk to a running daemon's API (hypsink run --api): status, pause, resume, restart, replay, reload, health")
+    .argument('<action>', 'status, pause, resume, restart, replay, reload or health')
+    .argument('[sink]', 'the sink (pause, resume, restart and replay need one; status shows one)')
     .option('--api <address>', 'the API address, [host:]port (else HYPSINK_API, else 127.0.0.1:4977)')
     .option('--token-file <file>', 'the API token, the first line of this file (else HYPSINK_API_TOKEN)')
     .option('--no-wait', 'pause: answer at once, before the tick in flight has finished its units')
+    .option('--dataset <dataset>', 'replay: the dataset of the partition')
+    .option('--source <source>', 'replay: the source of the partition')
+    .option('--until <seq>', 'replay: the last seq of the range (inclusive)')
+    .option('--since <seq>', 'replay: the seq before the range (exclusive); omit for the partition start')
     .option('--json', 'print the answer as JSON')
-    .action(async (action: string, sink: string | undefined, o: { api?: string; tokenFile?: string; wait: boolean; json?: boolean }) => {
+    .action(async (action: string, sink: string | undefined, o: { api?: string; tokenFile?: string; wait: boolean; json?: boolean; dataset?: string; source?: string; since?: string; until?: string }) => {
       const { runCtl } = await import('../control/cli.js');
       await runCtl(action, sink, o, io.out, async () => (await render()).statusTable);
     });
@@ -427,16 +431,11 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--json', 'print the result as JSON')
     .option('--config <file>', 'config file')
     .action(async (name: string, o: { dataset: string; source: string; since?: string; until: string; json?: boolean }, cmd: Command) => {
-      for (const [flag, v] of [['--since', o.since], ['--until', o.until]] as const) {
-        if (v !== undefined && !/^(0|[1-9]\d{0,18})$/.test(v)) throw new HypsinkError('HYPSINK_ERR_USAGE', `${flag} ${JSON.stringify(v)} is not a seq (a decimal integer)`);
-      }
+      const { replayRangeArgs, replayText } = await import('../sinks/replay-args.js');
+      const a = replayRangeArgs(o, (f) => `--${f}`);
       await withKernel(cmd, async (k) => {
-        const r = await k.replay(name, o.dataset, o.source, o.since ?? null, o.until);
-        io.out(
-          o.json
-            ? JSON.stringify(r)
-            : `sink "${r.sink}": ${r.partition} (${r.since ?? 'start'}, ${r.until}], ${r.rows} row(s) as ${r.unit}: ${r.duplicate ? 'the destination already holds it under this name and digest; nothing was sent' : 'sent again'}${r.resumed ? ' (an unfinished replay finished)' : ''}`,
-        );
+        const r = await k.replay(name, a.dataset, a.source, a.since, a.until);
+        io.out(o.json ? JSON.stringify(r) : replayText(r));
       });
     });
 

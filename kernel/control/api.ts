@@ -9,6 +9,8 @@
  *   POST /v1/sinks/<name>/pause        ?wait=false: answer before its tick in flight ends
  *   POST /v1/sinks/<name>/resume
  *   POST /v1/sinks/<name>/restart
+ *   POST /v1/sinks/<name>/replay?dataset=&source=&until=[&since=]
+ *                                      send one exported range again, exactly once (`hypsink replay`, LLP 0061)
  *   POST /v1/reload                    (also SIGHUP)
  *
  * Loopback by default. A token, when set, is required on every route but
@@ -19,6 +21,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
+import { replayRangeArgs } from '../sinks/replay-args.js';
 import { errorBody, type Supervisor } from './state.js';
 
 /** Where `--api` with no address listens, and where `hypsink ctl` looks by default. */
@@ -157,7 +160,7 @@ export async function serveApi(sup: Supervisor, opts: ApiOptions): Promise<ApiSe
       only('POST');
       return send(res, 200, await sup.reload());
     }
-    const m = /^\/v1\/sinks\/([^/]+)(?:\/(pause|resume|restart))?$/.exec(path);
+    const m = /^\/v1\/sinks\/([^/]+)(?:\/(pause|resume|restart|replay))?$/.exec(path);
     if (m) {
       let name: string;
       try {
@@ -181,6 +184,11 @@ export async function serveApi(sup: Supervisor, opts: ApiOptions): Promise<ApiSe
       only('POST');
       if (verb === 'pause') return send(res, 200, await sup.pause(name, url.searchParams.get('wait') !== 'false'));
       if (verb === 'resume') return send(res, 200, await sup.resume(name));
+      if (verb === 'replay') {
+        const q = url.searchParams;
+        const a = replayRangeArgs({ dataset: q.get('dataset'), source: q.get('source'), since: q.get('since'), until: q.get('until') }, (f) => `the query parameter "${f}"`);
+        return send(res, 200, await sup.kernel.replay(name, a.dataset, a.source, a.since, a.until));
+      }
       return send(res, 200, await sup.restart(name));
     }
     throw Object.assign(usage(`${method} ${path}: no such route`), { httpStatus: 404 });

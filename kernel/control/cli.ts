@@ -5,6 +5,7 @@
 import { HypsinkError } from '../../types/errors.js';
 import { registerSecret } from '../log.js';
 import type { StatusReport } from '../runtime.js';
+import { type ReplayResult, replayRangeArgs, replayText } from '../sinks/replay-args.js';
 import { type ApiOptions, apiAddress, DEFAULT_API } from './api.js';
 import { callApi, ctlText, ctlTarget, notReady, readTokenFile } from './client.js';
 import type { ControlStatus, ReloadResult, SinkControlStatus } from './state.js';
@@ -22,14 +23,14 @@ export async function apiSettings(o: { api?: string | true; apiTokenFile?: strin
   return { ...address, token };
 }
 
-const ACTIONS = ['status', 'pause', 'resume', 'restart', 'reload', 'health'] as const;
+const ACTIONS = ['status', 'pause', 'resume', 'restart', 'replay', 'reload', 'health'] as const;
 type Action = (typeof ACTIONS)[number];
 
 /** `hypsink ctl <action> [sink]`. */
 export async function runCtl(
   action: string,
   sink: string | undefined,
-  o: { api?: string; tokenFile?: string; wait: boolean; json?: boolean },
+  o: { api?: string; tokenFile?: string; wait: boolean; json?: boolean; dataset?: string; source?: string; since?: string; until?: string },
   out: (s: string) => void,
   table: () => Promise<(s: StatusReport) => string>,
 ): Promise<void> {
@@ -37,7 +38,7 @@ export async function runCtl(
     throw new HypsinkError('HYPSINK_ERR_USAGE', `ctl ${JSON.stringify(action)}: the actions are ${ACTIONS.join(', ')}`);
   }
   const a = action as Action;
-  const needsSink = a === 'pause' || a === 'resume' || a === 'restart';
+  const needsSink = a === 'pause' || a === 'resume' || a === 'restart' || a === 'replay';
   if (needsSink && sink === undefined) throw new HypsinkError('HYPSINK_ERR_USAGE', `ctl ${a} needs the sink's name: hypsink ctl ${a} <sink>`);
   if ((a === 'reload' || a === 'health') && sink !== undefined) throw new HypsinkError('HYPSINK_ERR_USAGE', `ctl ${a} takes no sink (it was given "${sink}")`);
   const t = await ctlTarget(o);
@@ -60,6 +61,13 @@ export async function runCtl(
       const wait = a === 'pause' && !o.wait ? '?wait=false' : '';
       const { body } = await callApi<SinkControlStatus>(t, 'POST', `/v1/sinks/${enc(sink!)}/${a}${wait}`);
       return print(body, () => ctlText.sink(body));
+    }
+    case 'replay': {
+      // Checked here too: a mistake is named by its flag, before any request.
+      const r = replayRangeArgs(o, (f) => `--${f}`);
+      const q = new URLSearchParams({ dataset: r.dataset, source: r.source, until: r.until, ...(r.since !== null ? { since: r.since } : {}) });
+      const { body } = await callApi<ReplayResult>(t, 'POST', `/v1/sinks/${enc(sink!)}/replay?${q}`);
+      return print(body, () => replayText(body));
     }
     case 'reload': {
       const { body } = await callApi<ReloadResult>(t, 'POST', '/v1/reload');

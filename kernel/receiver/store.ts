@@ -338,20 +338,7 @@ export class LedgerStore {
         const abs = path.join(this.dataDir, file);
         const offset = await this.appendData(abs, batch.data);
         fault('receiver.afterData');
-        const entry: LedgerEntry = {
-          client: batch.client,
-          id: batch.id,
-          dataset: batch.dataset,
-          source: batch.source,
-          rows: batch.rows,
-          at: new Date().toISOString(),
-          file,
-          offset,
-          bytes: batch.data.length,
-          digest: batch.digest,
-          bodyBytes: batch.bodyBytes,
-          ...(batch.unitDigest !== undefined ? { unitDigest: batch.unitDigest } : {}),
-        };
+        const entry = entryOf(batch, batch.rows, { file, offset, bytes: batch.data.length });
         try {
           await this.appendLedger(entry);
         } catch (e) {
@@ -378,20 +365,7 @@ export class LedgerStore {
   private async commitTo(writer: BatchWriter, batch: NewBatch): Promise<CommitResult> {
     const { rows } = await writer(batch);
     fault('receiver.afterData');
-    const entry: LedgerEntry = {
-      client: batch.client,
-      id: batch.id,
-      dataset: batch.dataset,
-      source: batch.source,
-      rows,
-      at: new Date().toISOString(),
-      file: '',
-      offset: 0,
-      bytes: 0,
-      digest: batch.digest,
-      bodyBytes: batch.bodyBytes,
-      ...(batch.unitDigest !== undefined ? { unitDigest: batch.unitDigest } : {}),
-    };
+    const entry = entryOf(batch, rows, { file: '', offset: 0, bytes: 0 });
     await this.appendLedger(entry);
     fault('receiver.afterLedger');
     this.ids.set(key(batch.client, entry.id), entry);
@@ -501,4 +475,20 @@ export async function readStored(dataDir: string): Promise<Stored> {
 /** The rows stored for one partition ([] if none). */
 export function storedRows(stored: Stored, dataset: string, source: string): readonly Row[] {
   return stored.rows[dataset]?.[source] ?? [];
+}
+
+/** The ledger line of a batch stored now: where its rows are (a data file's span, or none when a writer holds them). */
+function entryOf(batch: NewBatch, rows: number, at: Pick<LedgerEntry, 'file' | 'offset' | 'bytes'>): LedgerEntry {
+  return {
+    client: batch.client,
+    id: batch.id,
+    dataset: batch.dataset,
+    source: batch.source,
+    rows,
+    at: new Date().toISOString(),
+    ...at,
+    digest: batch.digest,
+    bodyBytes: batch.bodyBytes,
+    ...(batch.unitDigest !== undefined ? { unitDigest: batch.unitDigest } : {}),
+  };
 }

@@ -22,20 +22,10 @@ import type { ExportEnv, SinkRuntime } from './exporter.js';
 import { cont, UnitPlanner } from './plan.js';
 import { shipUnit } from './ship.js';
 import { rangeText } from './unit.js';
+import type { ReplayResult } from './replay-args.js';
 
-export interface ReplayResult {
-  readonly sink: string;
-  readonly partition: string;
-  readonly since: string | null;
-  readonly until: string;
-  readonly unit: string;
-  readonly digest: string;
-  readonly rows: number;
-  /** The destination already held the unit under this name and digest: nothing was written. */
-  readonly duplicate: boolean;
-  /** A replay of this range left unfinished by an earlier run (a crash) was finished. */
-  readonly resumed: boolean;
-}
+export type { ReplayResult } from './replay-args.js';
+
 
 interface ReplayRecord {
   readonly v: 1;

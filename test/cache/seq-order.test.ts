@@ -27,7 +27,10 @@ test('ascending agrees with BigInt comparison on edge values and random runs', (
   }
   assert.ok(unordered > edges.length, 'the edge pairs include out-of-order ones');
   let seed = 7;
-  const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const rnd = () => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed / 2 ** 31;
+  };
   for (let r = 0; r < 500; r++) {
     const n = 2 + Math.floor(rnd() * 20);
     const base = edges[Math.floor(rnd() * edges.length)]!;

@@ -1,7 +1,7 @@
 /**
  * The daemon's API (README "Operating hypsink", LLP 0067), over real HTTP on
  * loopback: a real kernel from a real config file, the daemon in this process,
- * the forward sink and the reference receiver. Every endpoint; pause during a
+ * the forward sink and the reference receiver. Every endpoint (replay included); pause during a
  * tick (the unit in flight finishes, no new tick, resume exports, each row
  * once); reload refused with a broken config and applied with a good one;
  * restart of a sink stopped by a refused login; the token rule.
@@ -92,6 +92,22 @@ test('health, status, one sink, and the errors of unknown routes and sinks', asy
       assert.equal(one.status, 200);
       assert.equal(one.body.name, 'central');
       assert.equal((one.body.partitions as Json[])[0]?.source, 'alpha');
+
+      // Replay of the range exported: the receiver holds it under its name and digest, so nothing is sent again.
+      const wm = String(central.partitions[0]?.watermark);
+      const replay = await d.call('POST', `/v1/sinks/central/replay?dataset=events&source=alpha&until=${wm}`);
+      assert.equal(replay.status, 200, JSON.stringify(replay.body));
+      assert.equal(replay.body.rows, 5);
+      assert.equal(replay.body.duplicate, true);
+      assert.equal(replay.body.since, null);
+      const noUntil = await d.call('POST', '/v1/sinks/central/replay?dataset=events&source=alpha');
+      assert.equal(noUntil.status, 400);
+      assert.equal(noUntil.body.code, 'HYPSINK_ERR_USAGE');
+      assert.match(String(noUntil.body.message), /a replay needs the query parameter "until"/);
+      const beyond = await d.call('POST', `/v1/sinks/central/replay?dataset=events&source=alpha&until=${BigInt(wm) + 100n}`);
+      assert.equal(beyond.status, 400);
+      assert.match(String(beyond.body.message), /above its watermark/);
+      assert.equal((await d.call('GET', '/v1/sinks/central/replay?dataset=events&source=alpha&until=1')).status, 405);
 
       const unknown = await d.call('POST', '/v1/sinks/nope/pause');
       assert.equal(unknown.status, 404);

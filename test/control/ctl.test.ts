@@ -64,6 +64,15 @@ test('hypsink ctl drives a running daemon: status, pause, resume, reload (broken
     const resumed = await ctl('resume', 'central');
     assert.match(resumed.out, /^sink "central": running/);
 
+    // Replay of the exported range through the API: the receiver already holds it, nothing is sent.
+    const wm = String((central.partitions as Json[])[0]?.watermark);
+    const replay = await ctl('replay', 'central', '--dataset', 'events', '--source', 'alpha', '--until', wm);
+    assert.equal(replay.code, 0, replay.err);
+    assert.match(replay.out, /^sink "central": events\/source=alpha \(start, \d+\], 5 row\(s\) as .*: the destination already holds it/);
+    const badSeq = await ctl('replay', 'central', '--dataset', 'events', '--source', 'alpha', '--until', 'x1');
+    assert.equal(badSeq.code, 2);
+    assert.match(badSeq.err, /--until "x1" is not a seq/);
+
     // Mistakes: no sink, an unknown sink, an unknown action.
     const noSink = await ctl('pause');
     assert.equal(noSink.code, 2);
