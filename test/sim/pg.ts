@@ -59,11 +59,11 @@ export interface PgRejected {
   readonly ordinal: number;
 }
 
-/** A writer's dead-letter rows of a source: the rows the server refused, as the sink kept them. */
+/** A writer's dead-letter rows of a source: the rows the server refused, as the sink kept them (`row_json` as text: jsonb, or text in a table made before LLP 0069). */
 export async function pgRejected(world: World, writer: string, source: string, sink = PG_SINK): Promise<PgRejected[]> {
   const rows = await orNothing(
     world.pgQuery<{ row_json: string; unit: string; ordinal: number }>(
-      `SELECT row_json, unit, ordinal FROM ${REJECTED} WHERE writer = $1 AND sink = $2 AND dataset = 'events' AND source = $3`,
+      `SELECT row_json::text AS row_json, unit, ordinal FROM ${REJECTED} WHERE writer = $1 AND sink = $2 AND dataset = 'events' AND source = $3`,
       [writer, sink, source],
     ),
   );
