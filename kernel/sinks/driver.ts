@@ -129,13 +129,7 @@ export class SinkDriver {
       // The watermarks must belong to the destination the config names now (LLP 0022).
       let refused: unknown;
       try {
-        const replaced = await sink.state.admit(sink.destination, sink.datasets, `sink "${sink.name}"`, sink.delivers);
-        if (replaced !== null) {
-          this.env.log.warn(
-            { sink: sink.name, from: replaced, to: sink.destination },
-            `sink "${sink.name}": nothing was delivered to ${replaced}, so its watermarks now belong to ${sink.destination}, as the config says; ${replaced} counts as forgotten (an export there again is refused), since a unit planned there may have reached it unconfirmed`,
-          );
-        }
+        await sink.state.admit(sink.destination, sink.datasets, `sink "${sink.name}"`, sink.delivers);
       } catch (e) {
         refused = e;
       }

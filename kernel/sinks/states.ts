@@ -116,10 +116,9 @@ export class SinkState {
    * Before a tick (the sink's lock held): the destination must be the one the
    * watermarks belong to, and what it delivers (transforms, key layout) what
    * they were delivered as; the first tick records both, and every tick
-   * records the datasets it exports. A destination nothing was delivered to
-   * yet is replaced by the config's: the one replaced is returned, to be logged.
+   * records the datasets it exports.
    */
-  async admit(destination: string | null, datasets: readonly string[], where: string, delivers = ''): Promise<string | null> {
+  async admit(destination: string | null, datasets: readonly string[], where: string, delivers = ''): Promise<void> {
     const cur = await this.read();
     const had = cur?.delivers ?? '';
     // A state with no destination and no datasets (forgotten) has delivered nothing: it takes the new shape.
@@ -129,64 +128,32 @@ export class SinkState {
         `${where}: its watermarks were delivered ${shapeText(had)}, but the config now says ${shapeText(delivers)}; ` +
           'the rows exported so far have the old shape, and a unit recorded under it must not be finished in the new one. ' +
           `To deliver the new shape from here on, run "hypsink accept-destination ${this.name}"; to deliver every row in the new shape, give the sink a new name (and a new destination) or run "hypsink forget ${this.name} --yes"; otherwise restore the old ${had === '' ? 'config (no transforms, default keys)' : 'transforms and keys'}`,
-        {
-          hint:
-            `Run "hypsink accept-destination ${this.name}" to deliver the new shape from here on, or restore the old one in the config` +
-            (had === '' ? '.' : ` (as recorded in ${this.file}: ${had}).`),
-        },
+        { hint: had === '' ? undefined : `the old shape, as recorded in ${this.file}: ${had}` },
       );
     }
-    let known = cur?.destination ?? null;
-    let spentNow = cur?.spent;
-    const spent = spentNow?.find((x) => x.destination === destination && (x.dataset === null || datasets.includes(x.dataset)));
+    const known = cur?.destination ?? null;
+    const spent = cur?.spent?.find((x) => x.destination === destination && (x.dataset === null || datasets.includes(x.dataset)));
     if (spent && destination !== null) {
       throw new HypsinkError(
         'HYPSINK_ERR_CONFIG',
         `${where}: it was forgotten ("hypsink forget"${spent.dataset === null ? '' : ` --dataset ${spent.dataset}`}) after exporting to ${destination}, which still holds what it delivered then; ` +
           `going on would deliver those rows there again. Point the sink at a new destination (or give it a new name); if ${destination} was emptied, run "hypsink accept-destination ${this.name}"`,
-        { hint: `Point sink "${this.name}" at another destination in the config, or empty ${destination} and run "hypsink accept-destination ${this.name}".` },
       );
     }
-    let replaced: string | null = null;
     if (known !== null && destination !== null && known !== destination) {
-      if (!(await this.deliveredNothing())) {
-        throw new HypsinkError(
-          'HYPSINK_ERR_CONFIG',
-          `${where}: its watermarks belong to ${known}, but the config now points it at ${destination}; ` +
-            `the rows exported so far are at the old destination, and going on would give the new one only the rows from here. ` +
-            `To start the new destination from the oldest row in the cache, give the sink a new name or run "hypsink forget ${this.name} --yes"; ` +
-            `if the data was moved there, run "hypsink accept-destination ${this.name}"; otherwise restore the old destination in the config`,
-          {
-            hint: `Once the rows exported so far are at ${destination}, run "hypsink accept-destination ${this.name}"; to export every row there again, run "hypsink forget ${this.name} --yes"; or put ${known} back in the config.`,
-          },
-        );
-      }
-      // Nothing was delivered under the old destination (a typo fixed before the first
-      // export): the new one is taken, and the old one spent, since a unit planned
-      // there may have reached it unconfirmed. What `forget` would do, without asking.
-      // @ref LLP 0070
-      replaced = known;
-      spentNow = [...(spentNow ?? []), { destination: known, dataset: null }];
-      known = destination;
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `${where}: its watermarks belong to ${known}, but the config now points it at ${destination}; ` +
+          `the rows exported so far are at the old destination, and going on would give the new one only the rows from here. ` +
+          `To start the new destination from the oldest row in the cache, give the sink a new name or run "hypsink forget ${this.name} --yes"; ` +
+          `if the data was moved there, run "hypsink accept-destination ${this.name}"; otherwise restore the old destination in the config`,
+      );
     }
     const all = [...(cur?.datasets ?? [])];
     for (const d of datasets) if (!all.includes(d)) all.push(d);
-    if (cur && replaced === null && known === (destination ?? known) && all.length === cur.datasets.length) return null;
-    await this.writeState({ v: 1, sink: this.name, destination: destination ?? known, datasets: all, ...(spentNow ? { spent: spentNow } : {}), ...(delivers ? { delivers } : {}) });
+    if (cur && known === (destination ?? known) && all.length === cur.datasets.length) return;
+    await this.writeState({ v: 1, sink: this.name, destination: destination ?? known, datasets: all, ...(cur?.spent ? { spent: cur.spent } : {}), ...(delivers ? { delivers } : {}) });
     fault('export.afterSinkState');
-    return replaced;
-  }
-
-  /**
-   * No watermark of this sink has moved: no unit was confirmed delivered, none
-   * refused row by row, no rows handed over from a copied cache. Intents may be
-   * open (planned, maybe sent, never confirmed). @ref LLP 0070
-   */
-  private async deliveredNothing(): Promise<boolean> {
-    for (const { record: r } of await this.watermarks.list()) {
-      if (r.continuation !== null || r.exportedRowCount > 0 || (r.rejectedRows ?? 0) > 0 || r.handedOver !== undefined || (r.shippedUntil ?? null) !== null) return false;
-    }
-    return true;
   }
 
   private async writeState(state: SinkStateFile): Promise<void> {
