@@ -52,6 +52,7 @@ export const RECEIVER_STARTER = {
     'receiver.tokens holds one "<client-name> <token>" a line, a client per agent (names: letters, digits, . _ -; tokens: e.g. openssl rand -hex 32); chmod 600 it; SIGHUP re-reads it.',
     // biome-ignore lint/suspicious/noTemplateCurlyInString: it documents the config's ${ENV} syntax
     'Each agent has the same dataset (without hyp_client) and a forward sink: { "plugin": "@hypsink/forward", "datasets": ["events"], "config": { "url": "http://<this host>:8787", "token": "${HYPSINK_TOKEN}" } }.',
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: it documents the config's ${ENV} syntax
     'Relative paths resolve against this file\'s folder. ${NAME} reads an environment variable. README: "A fleet: agents, aggregators and a lake".',
   ],
   cache: { root: '.hypsink/agg-cache' },

@@ -32,7 +32,7 @@ test('init --receiver writes an aggregator config that validates and that hypsin
   assert.equal(valid.code, 0, valid.stderr + valid.stdout);
   const loaded = await loadConfig(path);
   const lake = loaded.config.sinks.lake!;
-  assert.equal(lake.writer, '@hypsink/format-iceberg');
+  assert.equal((lake as { writer?: string }).writer, '@hypsink/format-iceberg');
   assert.ok(
     loaded.config.datasets.events!.columns.some((c) => c.name === 'hyp_client' && c.type === 'STRING'),
     'the dataset declares the client column the receiver fills',
