@@ -44,7 +44,7 @@ const events = STARTER.datasets.events;
  * receiver fills, and one Iceberg table on a local path (no network needed to
  * try it); the comments say how to point it at S3 or PostgreSQL instead, and
  * where the tokens file comes in: it is a flag of `hypsink receiver`, not a
- * config key, so SIGHUP can re-read it without a reload. @ref LLP 0074
+ * config key, so SIGHUP can re-read it without a reload. @ref LLP 0074 @ref LLP 0076
  */
 export const RECEIVER_STARTER = {
   '//': [
