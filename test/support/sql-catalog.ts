@@ -15,7 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { Field, Int64, makeData, RecordBatch, Schema, Struct, Table, TimestampMicrosecond, tableToIPC, Utf8, vectorFromArray } from 'apache-arrow';
+import { Field, Int64, makeData, makeVector, RecordBatch, Schema, Struct, Table, TimestampMicrosecond, tableToIPC, Utf8, vectorFromArray } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import pg from 'pg';
 import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, manifestFileOf, type PartitionField } from '../../plugins/format-iceberg/src/avro.js';
@@ -98,8 +98,8 @@ export async function prepareAppend(t: SqlCatalogTable, source: string, ids: rea
       ids.map(() => source),
       new Utf8(),
     ),
-    vectorFromArray(BigInt64Array.from(ids.map(BigInt)), new Int64()),
-    vectorFromArray(BigInt64Array.from(ids.map((i) => BigInt(Date.UTC(2026, 0, 1) + i * 1000) * 1000n)), new TimestampMicrosecond('UTC')),
+    makeVector(makeData({ type: new Int64(), length: ids.length, nullCount: 0, data: BigInt64Array.from(ids.map(BigInt)) })),
+    makeVector(makeData({ type: new TimestampMicrosecond('UTC'), length: ids.length, nullCount: 0, data: BigInt64Array.from(ids.map((i) => BigInt(Date.UTC(2026, 0, 1) + i * 1000) * 1000n)) })),
     vectorFromArray(
       ids.map((i) => `f${i}`),
       new Utf8(),

@@ -19,7 +19,7 @@ import { type FilePlan, writeDataFiles } from './datafile.js';
 import { expireSnapshots, removeOrphans } from './maintain.js';
 import { carryOver, mergeRule } from './merge.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
-import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, writerTag } from './table.js';
+import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, versionKey, writerTag } from './table.js';
 
 const TABLE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
 
@@ -435,6 +435,38 @@ class IcebergWriter {
     }
     return done.join('; ');
   }
+
+  /**
+   * Add each path-based table of `datasets` to the catalog, at its head (the
+   * highest `v<N>.metadata.json`), with SqlCatalog's `register_table` row; a
+   * table the catalog has is left as it is, and one not made yet is added by
+   * its first export. Every other writer of the table must be configured with
+   * the catalog before: one still committing by path starts a second history.
+   * @ref LLP 0077
+   */
+  async register(destination: BlobDestination, opts: { signal: AbortSignal; datasets: readonly string[] }): Promise<string> {
+    this.need(destination);
+    const done: string[] = [];
+    for (const table of new Set(opts.datasets.map((d) => this.tableOf(d)))) {
+      const store = this.store(table, destination);
+      const pointer = store.pointer;
+      if (!pointer) throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": writerConfig.catalog is not set, so there is no catalog to register table ${table} in; add it (README, "Iceberg catalogs"), then run again`);
+      const held = await pointer.current(opts.signal);
+      if (held !== null) {
+        done.push(`table ${table}: already in ${pointer.shown} at ${held}`);
+        continue;
+      }
+      const head = await store.pathHead(opts.signal);
+      if (head === null) {
+        done.push(`table ${table}: not made yet; its first export creates it in ${pointer.shown}`);
+        continue;
+      }
+      const file = destination.locate(versionKey(table, head.version));
+      const added = await pointer.swap(null, file, opts.signal);
+      done.push(added ? `table ${table}: registered in ${pointer.shown} at ${file}` : `table ${table}: already in ${pointer.shown} (added meanwhile)`);
+    }
+    return done.join('; ');
+  }
 }
 
 function once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
@@ -490,6 +522,7 @@ export default function activate(ctx: PluginContext): void {
           ship: (unit, destination, reads) => writer.ship(unit, destination, reads),
           inventory: (p, destination, opts) => writer.inventory(p, destination, opts),
           maintain: (destination, opts) => writer.maintain(destination, opts),
+          register: (destination, opts) => writer.register(destination, opts),
         },
       };
     },
