@@ -318,9 +318,17 @@ export class TableStore {
     if (!key.startsWith(`${this.tableKey}/metadata/`) || name.includes('/')) return false;
     if (!this.pointer) return /^v\d+\.metadata\.json$/.test(name);
     if (!name.endsWith('.metadata.json')) return false;
-    const kept = [head.file, ...head.metadata['metadata-log'].map((e) => e['metadata-file'])].filter((f) => f !== undefined);
-    return kept.some((f) => this.keyOf(f, this.describe(head.version)) === key);
+    let kept = this.keptFiles.get(head);
+    if (kept === undefined) {
+      const files = [head.file, ...head.metadata['metadata-log'].map((e) => e['metadata-file'])].filter((f) => f !== undefined);
+      kept = new Set(files.map((f) => this.keyOf(f, this.describe(head.version))));
+      this.keptFiles.set(head, kept);
+    }
+    return kept.has(key);
   }
+
+  /** Per head, the keys of the metadata files it keeps: asked once per listed file. */
+  private readonly keptFiles = new WeakMap<Head, Set<string>>();
 
   /** The version the hint names, as a reader that trusts it alone would open it; null without a usable hint. */
   async hintedVersion(signal: AbortSignal): Promise<number | null> {
