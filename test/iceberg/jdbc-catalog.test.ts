@@ -268,3 +268,20 @@ test('a catalog that does not answer: the export fails retryable, nothing moves;
   await exportAll(s.config);
   await assertCatalogTable(s.lake, s.table, range(1, 30));
 });
+
+test("a catalog row naming a metadata file outside the table is refused before it is read (LLP 0063's rule)", { timeout: 120_000 }, async () => {
+  const s = await setup({ catalog: true });
+  await ingest(s.config, 'web', 1, 10);
+  await exportAll(s.config);
+  const loc = (await metadataLocation(s.table))!;
+  // A copy of the current version beside the table: a row pointed there would have hypsink read (and copy on) another folder's files.
+  const outside = join(s.dir, 'elsewhere.metadata.json');
+  await fsp.copyFile(fileURLToPath(loc.current), outside);
+  await server.query('UPDATE iceberg_tables SET metadata_location = $1', [pathToFileURL(outside).href], s.table.url);
+  await ingest(s.config, 'web', 11, 10);
+  const failed = await run(s.config, (k) => k.export('lake'));
+  const err = failed[0]!.partitions[0]!.error;
+  assert.equal(err?.code, 'HYPSINK_ERR_DESTINATION', JSON.stringify(err));
+  assert.match(err!.message, /jdbc catalog "hyp" .* names ".*elsewhere\.metadata\.json", which lies outside the table/);
+  assert.equal((await metadataLocation(s.table))!.current, pathToFileURL(outside).href, 'the row is left as it was');
+});
