@@ -378,6 +378,19 @@ export function buildProgram(io: Out = stdio): Command {
     });
 
   program
+    .command('iceberg')
+    .description("an Iceberg table sink's catalog: `register` adds its path-based tables to the catalog writerConfig.catalog names")
+    .argument('<action>', 'register')
+    .requiredOption('--sink <name>', 'the Iceberg table sink')
+    .option('--config <file>', 'config file')
+    .action(async (action: string, o: { sink: string }, cmd: Command) => {
+      if (action !== 'register') throw new HypsinkError('HYPSINK_ERR_USAGE', `iceberg: unknown action "${action}"; the one action is register (hypsink iceberg register --sink <name>)`);
+      await withKernel(cmd, async (k) => {
+        io.out(`sink ${o.sink}: ${await k.registerTables(o.sink)}`);
+      });
+    });
+
+  program
     .command('forget <sink>')
     .description("drop a sink's watermarks (all, or one dataset's): retention may then prune the rows it holds back")
     .option('--dataset <dataset>', 'only this dataset')

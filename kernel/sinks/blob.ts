@@ -232,6 +232,8 @@ export interface GuardedShipper extends UnitShipper {
   shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult>;
   /** A table writer's maintenance (`hypsink maintain`). @ref LLP 0052 */
   maintain?(opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string>;
+  /** A table writer's catalog registration (`hypsink iceberg register`). @ref LLP 0077 */
+  register?(opts: { signal: AbortSignal; datasets: readonly string[] }): Promise<string>;
 }
 
 export function blobShipper(
@@ -285,6 +287,7 @@ function tableShipper(table: TableFormat, destination: BlobDestination, limits: 
     ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
     ...(table.inventory ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => table.inventory!(p, destination, opts) } : {}),
     ...(table.maintain ? { maintain: (opts: { signal: AbortSignal; now: number; datasets: readonly string[] }) => table.maintain!(destination, opts) } : {}),
+    ...(table.register ? { register: (opts: { signal: AbortSignal; datasets: readonly string[] }) => table.register!(destination, opts) } : {}),
   };
 }
 
