@@ -145,10 +145,8 @@ test('health, status, one sink, and the errors of unknown routes and sinks', asy
 });
 
 test('pause during a tick: the unit in flight finishes, no tick starts while paused, resume exports the rest, each row once', async (t) => {
-  const { ws, r, run } = await scene(t, 'api-pause', async (ws) => {
-    // The first POST is held at the receiver: a tick is under way when the pause comes.
-    return { token: TOKEN, chaos: { delayFirst: { count: 1, ms: 1200 } } };
-  });
+  // The first POST is held at the receiver: a tick is under way when the pause comes.
+  const { ws, r, run } = await scene(t, 'api-pause', { token: TOKEN, chaos: { delayFirst: { count: 1, ms: 1200 } } });
   await ws.writeConfig(e2eConfig(r.url, { schedule: YEARLY, unit: { maxRows: 2 } }));
   await ingestWith(ws.configPath, { alpha: [1, 20] });
   const d = await run();
