@@ -312,7 +312,6 @@ export async function compactTable(x: CompactInput): Promise<string> {
     const id = x.snapshotId();
     ours.add(id);
     const seq = m['last-sequence-number'] + 1;
-    const list = live.parent['manifest-list'];
     // Manifests naming a removed file are rewritten: it DELETED by this snapshot, the others EXISTING as they were committed.
     const manifests: ManifestFile[] = [];
     for (const { file, entries } of live.manifests) {
