@@ -14,7 +14,7 @@
  * @ref LLP 0078
  */
 import assert from 'node:assert/strict';
-import { promises as fsp, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, promises as fsp, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -329,4 +329,35 @@ test('a writer killed after its commit (intent open): the table is compacted and
   }
   assert.equal(units(), committed, 'the retry found its unit: no new snapshot');
   await assertRows(lake, ids, 'after the retry');
+});
+
+test('replaced files expire like any other: once the snapshots that read them are expired, they leave the disk, though the compaction\'s manifest still names them DELETED', { timeout: 300_000 }, async () => {
+  const lake = tempDir('hypsink-ice-compact-expire-');
+  const table = join(lake, 'events');
+  // Manifests never merge here, so the replace's manifest with its DELETED entries stays in every later snapshot.
+  const { k } = await openKernel(await member(lake, { manifestMinCountToMerge: 1000 }));
+  const { k: expirer } = await openKernel(await member(lake, { maxSnapshotAgeMs: 1, compact: false }));
+  const ids: number[] = [];
+  let next = 1;
+  const more = async (n: number) => {
+    const batch = Array.from({ length: n }, () => next++);
+    ids.push(...batch);
+    await ingest(k, 'web', batch);
+    await exportAll(k);
+  };
+  try {
+    await more(16);
+    const small = liveFiles(table);
+    const done = (await k.maintain({ tables: true })).tables!.map((t) => t.done).join(' | ');
+    assert.match(done, /compacted into/, done);
+    // The writer moves on in both of its day partitions: its newest snapshots read the compacted files, not the small ones.
+    await more(2);
+    const expired = (await expirer.maintain({ tables: true })).tables!.map((t) => t.done).join(' | ');
+    const left = small.filter((f) => existsSync(f));
+    assert.deepEqual(left, [], `replaced files still on disk after expiry (${expired})`);
+    await assertRows(lake, ids, 'after expiry');
+  } finally {
+    await k.close();
+    await expirer.close();
+  }
 });
