@@ -150,7 +150,7 @@ test('4 writers append while 2 maintainers compact and expire: every row once wi
     await assertRows(lake, all, 'while compacting');
     t.diagnostic(`${done.filter((d) => /compacted into/.test(d)).length} compactions committed, ${done.filter((d) => /another commit removed/.test(d)).length} gave way to another's, of ${done.length} runs`);
     const replaces = headOf(table).snapshots.filter((s) => s.summary.operation === 'replace');
-    assert.ok(replaces.length > 0 || done.some((d) => /compacted into/.test(d)), `no compaction committed: ${done.join(' | ')}`);
+    assert.ok(replaces.length > 0 || done.some((d) => /compacted into/.test(d)), `no compaction committed: ${done.slice(-6).join(' | ')}`);
 
     // The writers move on (their newest snapshots after the compactions), then one last compaction and expiry.
     for (const [w, k] of ks.slice(0, 4).entries()) {

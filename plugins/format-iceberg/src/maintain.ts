@@ -111,7 +111,7 @@ async function unreachable(store: TableStore, version: number, kept: readonly Sn
   const doomed = new Map<string, string>();
   if (deadManifests.size > 0) {
     const liveFiles = new Set<string>();
-    // A DELETED entry (a compaction's replaced file, LLP 0078) is read by no snapshot: it keeps nothing alive.
+    // A DELETED entry (a compaction's replaced file) is read by no snapshot: it keeps nothing alive. @ref LLP 0078
     for (const location of liveManifests.values()) for (const f of await filesOf(location)) if (!f.deleted) liveFiles.add(f.key);
     for (const { location } of deadManifests.values()) for (const f of await filesOf(location)) if (!liveFiles.has(f.key)) doomed.set(f.key, f.named);
   }
