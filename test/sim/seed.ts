@@ -480,7 +480,7 @@ class Scenario {
       this.note(describe(op));
       a = await this.worker.send(op);
       const mayFail = armed === 'throw' || this.damage !== undefined;
-      if (op.op === 'retention' || op.op === 'compact') this.expect(op.op, a, mayFail);
+      if (op.op === 'retention' || op.op === 'compact' || op.op === 'tables') this.expect(op.op, a, mayFail);
     }
     if (died(a)) this.note('worker died');
     if (armed && !died(a)) await this.worker.send({ op: 'disarm' });
@@ -1077,8 +1077,9 @@ class Scenario {
         : { op: 'retention', hardMaxRows: this.int(3, 40), ackCoupled: false };
       crashP = 0.05;
     } else if (x < 0.72) {
-      op = { op: 'compact' };
-      crashP = 0.05;
+      // Half the time on a scenario with the ice table, its maintenance instead: compaction beside the writers. @ref LLP 0078
+      op = sinks.includes(ICE_SINK) && this.chance(0.5) ? { op: 'tables' } : { op: 'compact' };
+      crashP = op.op === 'tables' ? 0.15 : 0.05;
     } else if (x < 0.77 && sinks.includes('central')) {
       // A burst of backpressure: 429/503 with a usable, zero, garbage or absent Retry-After.
       const left = { n: this.int(1, 4) };
