@@ -18,6 +18,7 @@ import { existsSync, promises as fsp, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { decodeManifest, decodeManifestList } from '../../plugins/format-iceberg/src/avro.js';
 import { compactTable } from '../../plugins/format-iceberg/src/compact.js';
@@ -267,6 +268,18 @@ test('a maintainer held at its commit while a writer appends re-bases and commit
     assert.ok(headOf(table).snapshots.some((s) => s.summary.operation === 'replace'), 'a replace snapshot');
     assert.ok(liveFiles(table).length < before, `files: ${before} before, ${liveFiles(table).length} after`);
     await assertRows(lake, ids, 'after a re-based compaction');
+    // A compacted file is one engines read by field id: every column carries its id, the footer the table's schema once.
+    const compacted = liveFiles(table).filter((f) => /\/compact-[^/]*\.parquet$/.test(f));
+    assert.ok(compacted.length > 0, 'a compacted file in the current snapshot');
+    for (const f of compacted) {
+      const bytes = readFileSync(f);
+      const fields = tableFromIPC(pw.readParquet(bytes).intoIPCStream()).schema.fields;
+      assert.deepEqual(fields.filter((x) => !x.metadata.get('PARQUET:field_id')).map((x) => x.name), [], `${f}: columns without a field id`);
+      const kv = (await pw.ParquetFile.fromFile(new Blob([bytes]))).metadata().fileMetadata().keyValueMetadata();
+      const md = JSON.parse(readFileSync(join(table, 'metadata', `v${Math.max(...readdirSync(join(table, 'metadata')).flatMap((n) => /^v(\d+)\.metadata\.json$/.exec(n)?.[1] ?? []).map(Number))}.metadata.json`), 'utf8'));
+      const current = md.schemas.find((x: { 'schema-id': number }) => x['schema-id'] === md['current-schema-id']);
+      assert.deepEqual(JSON.parse(kv.get('iceberg.schema')), current, `${f}: its iceberg.schema`);
+    }
 
     // Again, and this time another maintainer compacts the same files while A waits: A must commit nothing.
     await more(12);

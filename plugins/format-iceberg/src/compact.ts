@@ -150,7 +150,6 @@ async function* rowsOf(x: CompactInput, schema: IcebergSchema, r: Rewrite): Asyn
       ids = table.schema.fields.map(idOf);
       shape = new Schema(
         table.schema.fields.map((f, j) => new Field(f.name, f.type, schema.fields.find((s) => s.id === ids[j])?.required !== true, f.metadata)),
-        table.schema.metadata,
       );
     }
     const at = ids.map((id) => table.schema.fields.findIndex((f) => idOf(f) === id));
