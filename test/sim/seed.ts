@@ -669,11 +669,13 @@ class Scenario {
     const unit = this.cur.opts.unitRowsBySink?.[ICE_SINK] ?? this.cur.opts.unitRows;
     await this.ingestFresh(this.pick(this.cur.sources), this.int(1, 2 * unit), this.int(1, 2));
     if (this.chance(0.35)) {
-      // The table's maintenance killed at a compaction point instead: first an export of more than a unit of
-      // rows, so a partition has small files to compact. @ref LLP 0078
+      // The table's maintenance instead, often killed at a compaction point: first an export of more than a unit
+      // of rows, so a partition has small files to compact. @ref LLP 0078
       await this.ingestFresh(this.pick(this.cur.sources), this.int(unit + 1, 3 * unit), 1);
       this.note(`export ${ICE_SINK}`);
       await this.worker.send({ op: 'export', sink: ICE_SINK });
+      // Half the time it runs whole: the next steps write, export and read the compacted table.
+      if (this.chance(0.5)) return { op: 'tables' };
       const point = this.pick(ICE_MAINTAIN_POINTS);
       this.armed++;
       this.episodeArmed = true;
