@@ -18,6 +18,8 @@ const ABORT_GRACE_MS = 5000;
 
 export interface DaemonOptions {
   readonly onTick?: (r: TickReport) => void;
+  /** A sink's first tick in flight began (true) or its last one ended (false). */
+  readonly onTicking?: (sink: string, ticking: boolean) => void;
   /** How long a drain waits for running units before aborting them (ms). Default 30 s (README "Restarts and shutdown"). */
   readonly drainMs?: number;
 }
@@ -86,7 +88,7 @@ export class Daemon {
     if (this.stopped || this.paused.has(sink)) return;
     const b = this.busy.get(sink) ?? { n: 0, idle: [] };
     this.busy.set(sink, b);
-    b.n++;
+    if (b.n++ === 0) this.opts.onTicking?.(sink, true);
     try {
       this.flushing.add(sink);
       try {
@@ -103,7 +105,10 @@ export class Daemon {
       this.tickErrors.set(sink, e as Error);
       throw e;
     } finally {
-      if (--b.n === 0) for (const done of b.idle.splice(0)) done();
+      if (--b.n === 0) {
+        this.opts.onTicking?.(sink, false);
+        for (const done of b.idle.splice(0)) done();
+      }
     }
   }
 

@@ -454,6 +454,23 @@ export class Hypsink {
   }
 
   /**
+   * Add a table sink's tables to the catalog its writer names (`hypsink iceberg
+   * register`), holding its export lock. @ref LLP 0077
+   */
+  async registerTables(name: string): Promise<string> {
+    return this.busy.run(async () => {
+      const s = await this.sink(name);
+      const register = (s.shipper as GuardedShipper).register;
+      if (!register) {
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${name}": its writer keeps no table in a catalog; registering applies to a table writer (@hypsink/format-iceberg) with writerConfig.catalog`);
+      }
+      const done = await this.driver.quiesce([s.state], () => register({ signal: this.signal, datasets: s.datasets }), 'register');
+      this.log.info({ sink: name, done }, 'table registration done');
+      return done;
+    });
+  }
+
+  /**
    * The status of one sink's partitions of its datasets, from durable state.
    * Partitions are read a few at a time, and each one's independent reads at
    * once: during a tick every await waits for a turn of a busy thread, so

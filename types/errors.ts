@@ -56,6 +56,15 @@ export interface HypsinkErrorOptions {
    * the export fails asking for a larger limit. @ref LLP 0018
    */
   readonly tooLarge?: boolean;
+  /**
+   * No attempt of this ship reached the destination: every one failed before
+   * a connection was made (`neverConnected`), and nothing of the unit was
+   * stored. The kernel then withdraws the unit (its intent clears, the range
+   * is planned again), but only a unit it planned in this tick: one recorded
+   * before may have been sent then. A sink that sets it where a byte may have
+   * left breaks exactly once. @ref LLP 0070
+   */
+  readonly unsent?: boolean;
   /** What to do next when the code's own hint does not fit the case (a flag, not a config field). */
   readonly hint?: string;
 }
@@ -73,6 +82,7 @@ export class HypsinkError extends Error {
   readonly retryable: boolean;
   readonly retryAfterMs: number | undefined;
   readonly tooLarge: boolean;
+  readonly unsent: boolean;
   private readonly ownHint: string | undefined;
 
   constructor(code: ErrorCode, message: string, opts: HypsinkErrorOptions = {}) {
@@ -82,6 +92,7 @@ export class HypsinkError extends Error {
     this.retryable = opts.retryable ?? code === 'HYPSINK_ERR_RETRYABLE';
     this.retryAfterMs = opts.retryAfterMs;
     this.tooLarge = opts.tooLarge ?? false;
+    this.unsent = opts.unsent ?? false;
     this.ownHint = opts.hint;
   }
 
@@ -116,4 +127,23 @@ export function isHypsinkError(e: unknown): e is HypsinkError {
     typeof (e as { code?: unknown }).code === 'string' &&
     Object.hasOwn(ERROR_CODES, (e as { code: string }).code)
   );
+}
+
+/**
+ * Socket error codes raised before a connection exists (refused, host unknown,
+ * no route): a request that failed so sent nothing. A reset, a timeout or a
+ * broken pipe are not among them: the request may have been received.
+ * @ref LLP 0070
+ */
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ENETDOWN']);
+
+/** The error (or a cause of it, to a few levels) says its request never reached a connection. */
+export function neverConnected(e: unknown): boolean {
+  for (let x = e, depth = 0; x !== null && typeof x === 'object' && depth < 8; x = (x as { cause?: unknown }).cause, depth++) {
+    const code = (x as { code?: unknown }).code;
+    if (typeof code === 'string' && NEVER_CONNECTED.has(code)) return true;
+    const errors = (x as { errors?: unknown }).errors; // an AggregateError of every address tried
+    if (Array.isArray(errors) && errors.length > 0 && errors.every((y) => neverConnected(y))) return true;
+  }
+  return false;
 }

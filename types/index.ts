@@ -12,3 +12,4 @@ export * from './signals.js';
 export type * from './sinks.js';
 export * from './storage.js';
 export type * from './transforms.js';
+export * from './postgres.js';

@@ -328,6 +328,12 @@ export interface TableFormat {
    * with a short line of what was done. The kernel holds the sink's export lock.
    */
   maintain?(destination: BlobDestination, opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string>;
+  /**
+   * Add the tables of `datasets` to the catalog the writer is configured with
+   * (`hypsink iceberg register`): resolves with a short line of what was done.
+   * The kernel holds the sink's export lock. @ref LLP 0077
+   */
+  register?(destination: BlobDestination, opts: { signal: AbortSignal; datasets: readonly string[] }): Promise<string>;
 }
 
 /** What a plugin's factory gets when a sink is built from config. */

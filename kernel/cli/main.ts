@@ -132,13 +132,22 @@ export function buildProgram(io: Out = stdio): Command {
 
   program
     .command('init')
-    .description('write a commented starter config')
+    .description('write a commented starter config (--receiver: an aggregator\'s, for hypsink receiver --config)')
     .option('--force', 'overwrite an existing file')
+    .option('--receiver', "an aggregator's config: the client column and an Iceberg table (default file aggregator.config.json)")
     .option('--config <file>', 'where to write it (default hypsink.config.json)')
-    .action(async (o: { force?: boolean }, cmd: Command) => {
+    .action(async (o: { force?: boolean; receiver?: boolean }, cmd: Command) => {
       // --config may stand before the command too, where the program's option takes it.
-      const path = resolve(cmd.optsWithGlobals<{ config?: string }>().config ?? 'hypsink.config.json');
-      await (await import('./init.js')).writeStarter(path, o.force ?? false);
+      const given = cmd.optsWithGlobals<{ config?: string }>().config;
+      const init = await import('./init.js');
+      if (o.receiver) {
+        const path = resolve(given ?? 'aggregator.config.json');
+        await init.writeStarter(path, o.force ?? false, init.RECEIVER_STARTER, 'hypsink init --receiver');
+        io.out(`wrote ${path}; start it with: hypsink receiver --config ${path} --tokens-file receiver.tokens --port 8787 (the file's comments say what the tokens file holds)`);
+        return;
+      }
+      const path = resolve(given ?? 'hypsink.config.json');
+      await init.writeStarter(path, o.force ?? false);
       io.out(`wrote ${path}`);
     });
 
@@ -365,6 +374,19 @@ export function buildProgram(io: Out = stdio): Command {
         const forced = r.retention.reduce((n, x) => n + x.forcedRows, 0);
         io.out(`retention pruned ${pruned} row(s)${forced ? ` (${forced} before every sink had them: gap)` : ''}; compacted ${r.compaction.length} partition(s)`);
         for (const t of r.tables) io.out(`sink ${t.sink}: ${t.done}`);
+      });
+    });
+
+  program
+    .command('iceberg')
+    .description("an Iceberg table sink's catalog: `register` adds its path-based tables to the catalog writerConfig.catalog names")
+    .argument('<action>', 'register')
+    .requiredOption('--sink <name>', 'the Iceberg table sink')
+    .option('--config <file>', 'config file')
+    .action(async (action: string, o: { sink: string }, cmd: Command) => {
+      if (action !== 'register') throw new HypsinkError('HYPSINK_ERR_USAGE', `iceberg: unknown action "${action}"; the one action is register (hypsink iceberg register --sink <name>)`);
+      await withKernel(cmd, async (k) => {
+        io.out(`sink ${o.sink}: ${await k.registerTables(o.sink)}`);
       });
     });
 

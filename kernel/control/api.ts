@@ -15,12 +15,20 @@
  *
  * Loopback by default. A token, when set, is required on every route but
  * health; anywhere but loopback one is required to start at all.
+ *
+ * The HTTP server runs on a thread of its own. While the kernel is busy (a
+ * flush, export or maintenance), the read routes (ready, status, one sink) are
+ * answered there at once from the last status reading, with the run state as it
+ * is now and `readAt` saying when the figures were read; otherwise, and for
+ * every control route, the request is answered on the kernel's thread.
  * @ref LLP 0067
+ * @ref LLP 0076
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
+import { Worker } from 'node:worker_threads';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
+import type { Busy } from '../runtime.js';
 import { replayRangeArgs } from '../sinks/replay-args.js';
 import { errorBody, type Supervisor } from './state.js';
 
@@ -92,7 +100,6 @@ export interface ApiOptions extends ApiAddress {
 
 export interface ApiServer {
   readonly url: string;
-  readonly server: Server;
   close(): Promise<void>;
 }
 
@@ -107,119 +114,238 @@ const STATUS_BY_CODE: Record<string, number> = {
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
-/** The bearer token of a request equals `want`, compared in constant time. */
-function authorized(req: IncomingMessage, want: Buffer): boolean {
-  const h = req.headers.authorization ?? '';
-  if (h.length > 4096 || !h.startsWith('Bearer ')) return false;
-  return timingSafeEqual(digest(h.slice(7).trim()), want);
+/** A request as the API's thread hands it over: the token was checked there. */
+interface ApiRequest {
+  readonly id: number;
+  readonly method: string;
+  readonly url: string;
+  readonly authorized: boolean;
 }
 
-function send(res: ServerResponse, status: number, body: unknown): void {
-  const text = `${JSON.stringify(body)}\n`;
-  res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(text), 'Cache-Control': 'no-store' });
-  res.end(text);
+interface ApiAnswer {
+  readonly status: number;
+  readonly body: unknown;
+  /** Close the connection after it (a 401). */
+  readonly close?: boolean;
 }
 
-function fail(res: ServerResponse, e: unknown): void {
+function failed(e: unknown): ApiAnswer {
   const status = (e as { httpStatus?: number }).httpStatus ?? (isHypsinkError(e) ? (STATUS_BY_CODE[e.code] ?? 500) : 500);
-  send(res, status, errorBody(e));
+  return { status, body: errorBody(e), close: status === 401 };
 }
 
 const usage = (message: string) => new HypsinkError('HYPSINK_ERR_USAGE', message, { hint: 'See README "Operating hypsink" for the routes of the API.' });
 
+/** Answer one request on the kernel's thread. */
+async function route(sup: Supervisor, req: ApiRequest): Promise<ApiAnswer> {
+  const url = new URL(req.url, 'http://api');
+  const path = url.pathname.replace(/\/+$/, '');
+  const method = req.method;
+  const only = (m: string) => {
+    if (method !== m) throw Object.assign(usage(`${method} ${path}: this route takes ${m}`), { httpStatus: 405 });
+  };
+  if (path === '/v1/health/live') {
+    only('GET');
+    return { status: 200, body: { live: true } };
+  }
+  if (path === '/v1/health/ready') {
+    only('GET');
+    const r = sup.ready();
+    return { status: r.ready ? 200 : 503, body: r };
+  }
+  if (!req.authorized) {
+    throw new HypsinkError('HYPSINK_ERR_AUTH', `${method} ${path}: this request carries no valid API token`, {
+      hint: 'Send the token hypsink run was given (HYPSINK_API_TOKEN or --api-token-file) as "Authorization: Bearer <token>"; hypsink ctl reads the same variable or --token-file.',
+    });
+  }
+  if (path === '/v1/status') {
+    only('GET');
+    return { status: 200, body: await sup.status() };
+  }
+  if (path === '/v1/reload') {
+    only('POST');
+    return { status: 200, body: await sup.reload() };
+  }
+  const m = /^\/v1\/sinks\/([^/]+)(?:\/(pause|resume|restart|replay))?$/.exec(path);
+  if (m) {
+    let name: string;
+    try {
+      name = decodeURIComponent(m[1]!);
+    } catch {
+      throw usage(`${path}: the sink name is not percent-encoded UTF-8`);
+    }
+    // An unknown sink keeps its config code (exit 2 in ctl); over HTTP it is a thing not found.
+    if (!sup.kernel.sinks.has(name)) {
+      try {
+        sup.kernel.entry(name);
+      } catch (e) {
+        throw Object.assign(e as Error, { httpStatus: 404 });
+      }
+    }
+    const verb = m[2];
+    if (verb === undefined) {
+      only('GET');
+      return { status: 200, body: await sup.sink(name) };
+    }
+    only('POST');
+    if (verb === 'pause') return { status: 200, body: await sup.pause(name, url.searchParams.get('wait') !== 'false') };
+    if (verb === 'resume') return { status: 200, body: await sup.resume(name) };
+    if (verb === 'replay') {
+      const q = url.searchParams;
+      const a = replayRangeArgs({ dataset: q.get('dataset'), source: q.get('source'), since: q.get('since'), until: q.get('until') }, (f) => `the query parameter "${f}"`);
+      return { status: 200, body: await sup.kernel.replay(name, a.dataset, a.source, a.since, a.until) };
+    }
+    return { status: 200, body: await sup.restart(name) };
+  }
+  throw Object.assign(usage(`${method} ${path}: no such route`), { httpStatus: 404 });
+}
+
+/**
+ * The API's thread: the HTTP server, no kernel code. It checks the token
+ * (constant time over sha256 digests, so its length does not leak either) and
+ * answers live itself. While the kernel is busy it answers ready, status and a
+ * known sink from the last snapshot the kernel's thread posted, and asks for a
+ * new reading for the next request; a read still waiting when work begins is
+ * answered then. Everything else is answered by the kernel's thread.
+ * @ref LLP 0076
+ */
+const API_THREAD = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { createServer } = require('node:http');
+const { createHash, timingSafeEqual } = require('node:crypto');
+const want = workerData.tokenDigest === null ? null : Buffer.from(workerData.tokenDigest, 'hex');
+let busy = false;
+let snapshot = { status: null, ready: null };
+let next = 0;
+const waiting = new Map();
+const send = (res, status, text, close) => {
+  const headers = { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(text), 'Cache-Control': 'no-store' };
+  if (close) headers.Connection = 'close';
+  res.writeHead(status, headers).end(text);
+};
+const json = (res, status, body) => send(res, status, JSON.stringify(body) + '\\n', false);
+const authorized = (req) => {
+  if (want === null) return true;
+  const h = req.headers.authorization ?? '';
+  if (h.length > 4096 || !h.startsWith('Bearer ')) return false;
+  return timingSafeEqual(createHash('sha256').update(h.slice(7).trim()).digest(), want);
+};
+const readRoute = (method, path, ok) => {
+  if (method !== 'GET') return null;
+  if (path === '/v1/health/ready') return { route: 'ready' };
+  if (!ok) return null;
+  if (path === '/v1/status') return { route: 'status' };
+  const m = /^\\/v1\\/sinks\\/([^/]+)$/.exec(path);
+  if (!m) return null;
+  try {
+    return { route: 'sink', sink: decodeURIComponent(m[1]) };
+  } catch {
+    return null;
+  }
+};
+const fromSnapshot = (read) => {
+  if (read === null) return null;
+  if (read.route === 'ready') return snapshot.ready && { status: snapshot.ready.ready ? 200 : 503, body: snapshot.ready };
+  if (snapshot.status === null) return null;
+  if (read.route === 'status') return { status: 200, body: snapshot.status };
+  const sink = snapshot.status.sinks.find((s) => s.name === read.sink);
+  return sink ? { status: 200, body: sink } : null;
+};
+parentPort.on('message', (m) => {
+  if (m.type === 'answer') {
+    const w = waiting.get(m.id);
+    waiting.delete(m.id);
+    if (w) send(w.res, m.status, m.text, m.close);
+  } else if (m.type === 'snapshot') {
+    snapshot = m.snapshot;
+  } else if (m.type === 'busy') {
+    busy = m.busy;
+    if (!busy) return;
+    for (const [id, w] of waiting) {
+      const a = fromSnapshot(w.read);
+      if (a === null) continue;
+      waiting.delete(id);
+      json(w.res, a.status, a.body);
+    }
+  }
+});
+const server = createServer((req, res) => {
+  req.resume(); // no route reads a body: whatever was sent is discarded
+  const method = req.method ?? 'GET';
+  let path = '';
+  try {
+    path = new URL(req.url ?? '/', 'http://api').pathname.replace(/\\/+$/, '');
+  } catch {}
+  if (path === '/v1/health/live' && method === 'GET') return json(res, 200, { live: true });
+  const ok = authorized(req);
+  const read = readRoute(method, path, ok);
+  if (busy) {
+    const a = fromSnapshot(read);
+    if (a !== null) {
+      json(res, a.status, a.body);
+      parentPort.postMessage({ type: 'read' });
+      return;
+    }
+  }
+  const id = ++next;
+  waiting.set(id, { res, read });
+  res.on('close', () => waiting.delete(id));
+  parentPort.postMessage({ type: 'request', id, method, url: req.url ?? '/', authorized: ok });
+});
+server.headersTimeout = 10000;
+server.requestTimeout = 0; // a pause waits for its tick's unit, a reload for every sink's
+server.once('error', (e) => parentPort.postMessage({ type: 'listenError', code: e.code, message: e.message }));
+server.listen(workerData.port, workerData.host, () => parentPort.postMessage({ type: 'listening', port: server.address().port }));
+`;
+
 /** Serve the API; resolves once it listens. */
 export async function serveApi(sup: Supervisor, opts: ApiOptions): Promise<ApiServer> {
-  const want = opts.token === undefined ? null : digest(opts.token);
-  const route = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const url = new URL(req.url ?? '/', 'http://api');
-    const path = url.pathname.replace(/\/+$/, '');
-    const method = req.method ?? 'GET';
-    const only = (m: string) => {
-      if (method !== m) throw Object.assign(usage(`${method} ${path}: this route takes ${m}`), { httpStatus: 405 });
-    };
-    if (path === '/v1/health/live') {
-      only('GET');
-      return send(res, 200, { live: true });
-    }
-    if (path === '/v1/health/ready') {
-      only('GET');
-      const r = sup.ready();
-      return send(res, r.ready ? 200 : 503, r);
-    }
-    if (want && !authorized(req, want)) {
-      res.setHeader('Connection', 'close');
-      throw new HypsinkError('HYPSINK_ERR_AUTH', `${method} ${path}: this request carries no valid API token`, {
-        hint: 'Send the token hypsink run was given (HYPSINK_API_TOKEN or --api-token-file) as "Authorization: Bearer <token>"; hypsink ctl reads the same variable or --token-file.',
+  // The first reading, so that a tick at start is answered from it.
+  await sup.status();
+  const worker = new Worker(API_THREAD, {
+    eval: true,
+    workerData: { port: opts.port, host: opts.host, tokenDigest: opts.token === undefined ? null : digest(opts.token).toString('hex') },
+  });
+  const post = () => worker.postMessage({ type: 'snapshot', snapshot: { status: sup.snapshot(), ready: sup.ready() } });
+  const follow = (busy: Busy) => {
+    worker.postMessage({ type: 'busy', busy: busy.active });
+    return busy.listen((b) => worker.postMessage({ type: 'busy', busy: b }));
+  };
+  post();
+  const unchange = sup.onChange(post);
+  let unbusy = follow(sup.kernel.busy);
+  const unswap = sup.onSwap((k) => {
+    unbusy();
+    unbusy = follow(k.busy);
+  });
+  const answer = async (req: ApiRequest) => {
+    const a = await route(sup, req).catch(failed);
+    worker.postMessage({ type: 'answer', id: req.id, status: a.status, text: `${JSON.stringify(a.body)}\n`, close: a.close === true });
+  };
+  const stop = async () => {
+    unchange();
+    unswap();
+    unbusy();
+    await worker.terminate();
+  };
+  try {
+    const port = await new Promise<number>((ok, bad) => {
+      worker.on('message', (m: ApiRequest & { type: string; port: number; code?: string; message: string }) => {
+        if (m.type === 'request') void answer(m);
+        else if (m.type === 'read') sup.refresh().catch((e: unknown) => sup.kernel.log.warn({ err: e }, 'reading the status for the API failed'));
+        else if (m.type === 'listening') ok(m.port);
+        else if (m.type === 'listenError') bad(listenError(Object.assign(new Error(m.message), { code: m.code }), opts));
       });
-    }
-    if (path === '/v1/status') {
-      only('GET');
-      return send(res, 200, await sup.status());
-    }
-    if (path === '/v1/reload') {
-      only('POST');
-      return send(res, 200, await sup.reload());
-    }
-    const m = /^\/v1\/sinks\/([^/]+)(?:\/(pause|resume|restart|replay))?$/.exec(path);
-    if (m) {
-      let name: string;
-      try {
-        name = decodeURIComponent(m[1]!);
-      } catch {
-        throw usage(`${path}: the sink name is not percent-encoded UTF-8`);
-      }
-      // An unknown sink keeps its config code (exit 2 in ctl); over HTTP it is a thing not found.
-      if (!sup.kernel.sinks.has(name)) {
-        try {
-          sup.kernel.entry(name);
-        } catch (e) {
-          throw Object.assign(e as Error, { httpStatus: 404 });
-        }
-      }
-      const verb = m[2];
-      if (verb === undefined) {
-        only('GET');
-        return send(res, 200, await sup.sink(name));
-      }
-      only('POST');
-      if (verb === 'pause') return send(res, 200, await sup.pause(name, url.searchParams.get('wait') !== 'false'));
-      if (verb === 'resume') return send(res, 200, await sup.resume(name));
-      if (verb === 'replay') {
-        const q = url.searchParams;
-        const a = replayRangeArgs({ dataset: q.get('dataset'), source: q.get('source'), since: q.get('since'), until: q.get('until') }, (f) => `the query parameter "${f}"`);
-        return send(res, 200, await sup.kernel.replay(name, a.dataset, a.source, a.since, a.until));
-      }
-      return send(res, 200, await sup.restart(name));
-    }
-    throw Object.assign(usage(`${method} ${path}: no such route`), { httpStatus: 404 });
-  };
-  const server = createServer((req, res) => {
-    // No route reads a body: whatever was sent is discarded.
-    req.resume();
-    route(req, res).catch((e: unknown) => {
-      if (res.headersSent) return res.destroy();
-      fail(res, e);
+      worker.once('error', bad);
     });
-  });
-  server.headersTimeout = 10_000;
-  server.requestTimeout = 0; // a pause waits for its tick's unit, a reload for every sink's
-  await new Promise<void>((ok, bad) => {
-    server.once('error', (e: NodeJS.ErrnoException) => bad(listenError(e, opts)));
-    server.listen(opts.port, opts.host, ok);
-  });
-  const addr = server.address();
-  const port = typeof addr === 'object' && addr ? addr.port : opts.port;
-  const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
-  return {
-    url: `http://${host}:${port}`,
-    server,
-    close: () =>
-      new Promise<void>((done) => {
-        server.close(() => done());
-        // Called once the daemon has stopped: nothing it could still answer is worth waiting for.
-        server.closeAllConnections();
-      }),
-  };
+    worker.on('error', (e) => sup.kernel.log.error({ err: e }, 'the control API thread failed'));
+    const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
+    // Called once the daemon has stopped: nothing it could still answer is worth waiting for.
+    return { url: `http://${host}:${port}`, close: stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
 }
 
 /** The address comes from the command line: taken or not ours to take is the operator's to change. */

@@ -82,7 +82,7 @@ export const ctlText = {
   sink: stateText,
   /** One line per sink, then the partitions' table. */
   status(s: ControlStatus, table: (s: ControlStatus) => string): string {
-    const head = `hypsink run: ${s.daemon.state}, config ${s.daemon.config ?? 'embedded default'}, since ${s.daemon.startedAt}${s.daemon.reloadedAt ? `, reloaded ${s.daemon.reloadedAt}` : ''}`;
+    const head = `hypsink run: ${s.daemon.state}, config ${s.daemon.config ?? 'embedded default'}, since ${s.daemon.startedAt}${s.daemon.reloadedAt ? `, reloaded ${s.daemon.reloadedAt}` : ''}; figures read ${s.readAt}`;
     return [head, ...s.sinks.map(stateText), '', table(s)].join('\n');
   },
   reload(r: ReloadResult): string {

@@ -8,6 +8,10 @@
  * that does not activate, or a sink that does not build refuses the reload
  * and changes nothing. Only then are the running ticks ended at their unit
  * boundary (not aborted), the old kernel closed, and the new one scheduled.
+ *
+ * The last status reading is kept: while the kernel is busy the API answers
+ * from it (with when it was read) and the run state as it is now, rather than
+ * waiting for turns of a thread the tick holds. @ref LLP 0076
  * @ref LLP 0067
  */
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
@@ -44,11 +48,21 @@ export interface SinkControlStatus extends SinkStatus {
   readonly lastTick: LastTick | null;
   /** The error its last tick threw before exporting anything (its sink could not be built, say), else null. */
   readonly lastTickError: ErrorBody | null;
+  /** When its partitions' figures were read (during a tick the API answers the last reading; the run state is current). @ref LLP 0076 */
+  readonly readAt: string;
 }
 
 export interface ControlStatus extends Omit<StatusReport, 'sinks'> {
   readonly daemon: { readonly state: DaemonState; readonly config: string | null; readonly startedAt: string; readonly reloadedAt: string | null };
   readonly sinks: SinkControlStatus[];
+  /** When the partitions' figures were read: the reading began then. @ref LLP 0076 */
+  readonly readAt: string;
+}
+
+export interface ReadyStatus {
+  readonly ready: boolean;
+  readonly state: DaemonState;
+  readonly failed: string[];
 }
 
 export interface ReloadResult {
@@ -85,6 +99,10 @@ export class Supervisor {
   /** Reloads, restarts and the stop run one at a time. */
   private queue: Promise<unknown> = Promise.resolve();
   private readonly swapListeners = new Set<(k: Hypsink) => void>();
+  /** The last status reading and the kernel it was read from. @ref LLP 0076 */
+  private last: { readonly k: Hypsink; readonly report: StatusReport; readonly readAt: string } | null = null;
+  private reading: Promise<ControlStatus> | null = null;
+  private readonly changeListeners = new Set<() => void>();
 
   constructor(
     k: Hypsink,
@@ -113,13 +131,32 @@ export class Supervisor {
     return () => this.swapListeners.delete(listener);
   }
 
+  /**
+   * Hear of each change of what `snapshot()` shows: a run state (a tick begins
+   * or ends, a verb, the daemon's state) or a new reading. Returns the unsubscribe.
+   */
+  onChange(listener: () => void): () => void {
+    this.changeListeners.add(listener);
+    return () => this.changeListeners.delete(listener);
+  }
+
+  private changed(): void {
+    for (const l of this.changeListeners) l();
+  }
+
   private daemonFor(k: Hypsink): Daemon {
     const onTick = this.opts.daemon?.onTick;
+    const onTicking = this.opts.daemon?.onTicking;
     return new Daemon(k, {
       ...this.opts.daemon,
       onTick: (r: TickReport) => {
         this.lastTicks.set(r.sink, { at: new Date().toISOString(), rows: r.rows, bytes: r.bytes, units: r.units, failed: r.failed });
         onTick?.(r);
+        this.changed();
+      },
+      onTicking: (sink, ticking) => {
+        onTicking?.(sink, ticking);
+        this.changed();
       },
     });
   }
@@ -150,11 +187,36 @@ export class Supervisor {
     return s.sinks.find((x) => x.name === name)!;
   }
 
-  /** `status --json`, with each sink's run state and the daemon's. */
+  /** `status --json` read now, with each sink's run state and the daemon's; kept as the last reading. */
   async status(): Promise<ControlStatus> {
     const k = this.k;
     const d = this.d;
+    const readAt = new Date().toISOString();
     const report = await k.status();
+    if (k === this.k) this.last = { k, report, readAt };
+    const s = this.compose(k, d, report, readAt);
+    this.changed();
+    return s;
+  }
+
+  /** A new reading, unless one is under way: then that one. */
+  refresh(): Promise<ControlStatus> {
+    this.reading ??= this.status().finally(() => {
+      this.reading = null;
+    });
+    return this.reading;
+  }
+
+  /**
+   * The last reading's figures with the run state as it is now, without a turn
+   * of the kernel's work; null before the running kernel's first reading. @ref LLP 0076
+   */
+  snapshot(): ControlStatus | null {
+    const last = this.last;
+    return last && last.k === this.k ? this.compose(last.k, this.d, last.report, last.readAt) : null;
+  }
+
+  private compose(k: Hypsink, d: Daemon, report: StatusReport, readAt: string): ControlStatus {
     const sinks = report.sinks.map((s): SinkControlStatus => {
       const stop = k.driver.stoppedBy(s.name);
       const thrown = d.tickError(s.name);
@@ -165,17 +227,19 @@ export class Supervisor {
         ticking: d.ticking(s.name),
         lastTick: this.lastTicks.get(s.name) ?? null,
         lastTickError: thrown ? errorBody(thrown) : null,
+        readAt,
       };
     });
     return {
       ...report,
       daemon: { state: this.phase, config: k.loaded.file, startedAt: this.startedAt, reloadedAt: this.reloadedAt },
       sinks,
+      readAt,
     };
   }
 
   /** Ready: running (not reloading or stopping) with no sink failed. */
-  ready(): { ready: boolean; state: DaemonState; failed: string[] } {
+  ready(): ReadyStatus {
     const failed = [...this.k.sinks.keys()].filter((s) => !this.d.isPaused(s) && this.k.driver.stoppedBy(s) !== undefined);
     return { ready: this.phase === 'running' && failed.length === 0, state: this.phase, failed };
   }
@@ -189,6 +253,7 @@ export class Supervisor {
     this.k.entry(name);
     this.paused.add(name);
     this.d.pause(name);
+    this.changed();
     if (wait) await this.d.idle(name);
     this.k.log.info({ sink: name }, 'sink paused');
     return this.sink(name);
@@ -200,6 +265,7 @@ export class Supervisor {
     this.k.entry(name);
     const was = this.paused.delete(name);
     this.d.resume(name);
+    this.changed();
     if (was) this.k.log.info({ sink: name }, 'sink resumed');
     return this.sink(name);
   }
@@ -222,6 +288,7 @@ export class Supervisor {
         await k.restartSink(name);
       } finally {
         if (!paused) d.resume(name);
+        this.changed();
       }
       k.log.info({ sink: name }, 'sink restarted');
       return this.sink(name);
@@ -249,6 +316,7 @@ export class Supervisor {
         this.refuseWhileStopping('reload');
       }
       this.phase = 'reloading';
+      this.changed();
       try {
         // The running ticks end at their unit boundary: nothing is aborted, every intent is closed.
         await this.d.suspend();
@@ -258,6 +326,7 @@ export class Supervisor {
         this.start();
       } finally {
         if (this.phase === 'reloading') this.phase = 'running';
+        this.changed();
       }
       for (const l of this.swapListeners) l(next);
       await old.close().catch((e: unknown) => next.log.warn({ err: e }, 'closing the kernel of the old config failed'));
@@ -280,6 +349,7 @@ export class Supervisor {
   stop(): Promise<void> {
     if (this.phase === 'stopping') return this.queue.then(() => undefined);
     this.phase = 'stopping';
+    this.changed();
     return this.serial(() => this.d.stop());
   }
 }

@@ -18,7 +18,7 @@
  */
 import type { RecordBatch } from 'apache-arrow';
 import { unitConflict } from '../../types/content.js';
-import { HypsinkError } from '../../types/errors.js';
+import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { Row } from '../../types/schema.js';
 import type { BlobDestination, ConnectionCheckOptions, Encoder, HeldUnit, NdjsonChunk, PutResult, ShipResult, TableFormat, Unit, UnitLimits, UnitShipper } from '../../types/sinks.js';
 import type { Continuation, PartitionRef } from '../../types/storage.js';
@@ -214,11 +214,26 @@ async function putDeclared<T>(unit: Unit, put: (u: Unit) => Promise<T>): Promise
   }
 }
 
+/**
+ * A ship of several puts: a put that sent nothing does not make the unit
+ * unsent, since another may have stored part of it. @ref LLP 0070
+ */
+async function sent<T>(ship: Promise<T>): Promise<T> {
+  try {
+    return await ship;
+  } catch (e) {
+    if (!isHypsinkError(e) || !e.unsent) throw e;
+    throw new HypsinkError(e.code, e.message, { cause: e.cause, retryable: e.retryable, retryAfterMs: e.retryAfterMs, tooLarge: e.tooLarge, hint: e.hint });
+  }
+}
+
 /** A shipper whose every ship is checked against the unit's reads: the kernel's own blob sinks. */
 export interface GuardedShipper extends UnitShipper {
   shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult>;
   /** A table writer's maintenance (`hypsink maintain`). @ref LLP 0052 */
   maintain?(opts: { signal: AbortSignal; now: number; datasets: readonly string[] }): Promise<string>;
+  /** A table writer's catalog registration (`hypsink iceberg register`). @ref LLP 0077 */
+  register?(opts: { signal: AbortSignal; datasets: readonly string[] }): Promise<string>;
 }
 
 export function blobShipper(
@@ -239,7 +254,8 @@ export function blobShipper(
       return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `blob unit ${unit.id}: shipped without the kernel's read guard`));
     },
     async shipGuarded(unit: Unit, reads: UnitReads): Promise<ShipResult> {
-      if (grain) return shipByTime(encoder, destination, unit, reads, grain, copyTag());
+      // One blob per period: an earlier one may be stored when a later put sends nothing.
+      if (grain) return sent(shipByTime(encoder, destination, unit, reads, grain, copyTag()));
       const put = await putDeclared(unit, (u) =>
         destination.putIfAbsent(unit.id, reads.guard(encoder.encode(u)), { contentType: encoder.contentType, signal: unit.signal, digest: unit.digest }),
       );
@@ -265,11 +281,13 @@ function tableShipper(table: TableFormat, destination: BlobDestination, limits: 
     ship(unit: Unit): Promise<ShipResult> {
       return Promise.reject(new HypsinkError('HYPSINK_ERR_INVARIANT', `table unit ${unit.id}: shipped without the kernel's read guard`));
     },
-    shipGuarded: (unit, reads) => putDeclared(unit, (u) => table.ship(u, destination, reads)),
+    // A table's unit is several objects and a commit: the format, not one put, knows what was stored.
+    shipGuarded: (unit, reads) => sent(putDeclared(unit, (u) => table.ship(u, destination, reads))),
     close: () => destination.close(),
     ...(destination.check ? { check: (opts: ConnectionCheckOptions) => destination.check!(opts) } : {}),
     ...(table.inventory ? { inventory: (p: PartitionRef, opts: { signal: AbortSignal }) => table.inventory!(p, destination, opts) } : {}),
     ...(table.maintain ? { maintain: (opts: { signal: AbortSignal; now: number; datasets: readonly string[] }) => table.maintain!(destination, opts) } : {}),
+    ...(table.register ? { register: (opts: { signal: AbortSignal; datasets: readonly string[] }) => table.register!(destination, opts) } : {}),
   };
 }
 

@@ -129,7 +129,13 @@ export class SinkDriver {
       // The watermarks must belong to the destination the config names now (LLP 0022).
       let refused: unknown;
       try {
-        await sink.state.admit(sink.destination, sink.datasets, `sink "${sink.name}"`, sink.delivers);
+        const replaced = await sink.state.admit(sink.destination, sink.datasets, `sink "${sink.name}"`, sink.delivers);
+        if (replaced !== null) {
+          this.env.log.warn(
+            { sink: sink.name, from: replaced, to: sink.destination },
+            `sink "${sink.name}": no unit was ever planned for ${replaced}, so nothing of it is there; its watermarks now belong to ${sink.destination}, as the config says`,
+          );
+        }
       } catch (e) {
         refused = e;
       }

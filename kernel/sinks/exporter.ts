@@ -249,6 +249,14 @@ class PartitionExport {
           return null;
         }
       }
+      if ((e as { unsent?: boolean }).unsent && !this.recoveredUnits.has(unit.unit)) {
+        // Planned in this tick and nothing of it sent (nor of the next unit, shipped only after
+        // it): withdrawn, so a sink whose destination never answered is bound to nothing.
+        // @ref LLP 0070
+        await this.mark.write({ ...this.mark.record, intent: null, next: null }).catch(() => undefined);
+        this.queued = null;
+        throw e;
+      }
       // Keep what was acknowledged before this unit: a retry then starts at this unit, not before it.
       if (this.mark.unwritten) await this.mark.write(this.mark.record).catch(() => undefined);
       throw e;

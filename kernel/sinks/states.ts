@@ -116,9 +116,11 @@ export class SinkState {
    * Before a tick (the sink's lock held): the destination must be the one the
    * watermarks belong to, and what it delivers (transforms, key layout) what
    * they were delivered as; the first tick records both, and every tick
-   * records the datasets it exports.
+   * records the datasets it exports. A destination no unit was ever planned
+   * for (a typo fixed before the first export) is replaced by the config's:
+   * the one replaced is returned, to be logged. @ref LLP 0070
    */
-  async admit(destination: string | null, datasets: readonly string[], where: string, delivers = ''): Promise<void> {
+  async admit(destination: string | null, datasets: readonly string[], where: string, delivers = ''): Promise<string | null> {
     const cur = await this.read();
     const had = cur?.delivers ?? '';
     // A state with no destination and no datasets (forgotten) has delivered nothing: it takes the new shape.
@@ -128,7 +130,11 @@ export class SinkState {
         `${where}: its watermarks were delivered ${shapeText(had)}, but the config now says ${shapeText(delivers)}; ` +
           'the rows exported so far have the old shape, and a unit recorded under it must not be finished in the new one. ' +
           `To deliver the new shape from here on, run "hypsink accept-destination ${this.name}"; to deliver every row in the new shape, give the sink a new name (and a new destination) or run "hypsink forget ${this.name} --yes"; otherwise restore the old ${had === '' ? 'config (no transforms, default keys)' : 'transforms and keys'}`,
-        { hint: had === '' ? undefined : `the old shape, as recorded in ${this.file}: ${had}` },
+        {
+          hint:
+            `Run "hypsink accept-destination ${this.name}" to deliver the new shape from here on, or restore the old one in the config` +
+            (had === '' ? '.' : ` (as recorded in ${this.file}: ${had}).`),
+        },
       );
     }
     const known = cur?.destination ?? null;
@@ -138,22 +144,56 @@ export class SinkState {
         'HYPSINK_ERR_CONFIG',
         `${where}: it was forgotten ("hypsink forget"${spent.dataset === null ? '' : ` --dataset ${spent.dataset}`}) after exporting to ${destination}, which still holds what it delivered then; ` +
           `going on would deliver those rows there again. Point the sink at a new destination (or give it a new name); if ${destination} was emptied, run "hypsink accept-destination ${this.name}"`,
+        { hint: `Point sink "${this.name}" at another destination in the config, or empty ${destination} and run "hypsink accept-destination ${this.name}".` },
       );
     }
+    let replaced: string | null = null;
     if (known !== null && destination !== null && known !== destination) {
-      throw new HypsinkError(
-        'HYPSINK_ERR_CONFIG',
-        `${where}: its watermarks belong to ${known}, but the config now points it at ${destination}; ` +
-          `the rows exported so far are at the old destination, and going on would give the new one only the rows from here. ` +
-          `To start the new destination from the oldest row in the cache, give the sink a new name or run "hypsink forget ${this.name} --yes"; ` +
-          `if the data was moved there, run "hypsink accept-destination ${this.name}"; otherwise restore the old destination in the config`,
-      );
+      // No unit was ever planned for the old destination, so nothing of this sink can be
+      // there (a typo fixed before the first export): the config's is taken. @ref LLP 0070
+      if (!(await this.untouched(true))) {
+        throw new HypsinkError(
+          'HYPSINK_ERR_CONFIG',
+          `${where}: its watermarks belong to ${known}, but the config now points it at ${destination}; ` +
+            `the rows exported so far are at the old destination, and going on would give the new one only the rows from here. ` +
+            `To start the new destination from the oldest row in the cache, give the sink a new name or run "hypsink forget ${this.name} --yes"; ` +
+            `if the data was moved there, run "hypsink accept-destination ${this.name}"; otherwise restore the old destination in the config`,
+          {
+            hint: `Once the rows exported so far are at ${destination}, run "hypsink accept-destination ${this.name}"; to export every row there again, run "hypsink forget ${this.name} --yes"; or put ${known} back in the config.`,
+          },
+        );
+      }
+      replaced = known;
     }
     const all = [...(cur?.datasets ?? [])];
     for (const d of datasets) if (!all.includes(d)) all.push(d);
-    if (cur && known === (destination ?? known) && all.length === cur.datasets.length) return;
+    if (cur && replaced === null && known === (destination ?? known) && all.length === cur.datasets.length) return null;
     await this.writeState({ v: 1, sink: this.name, destination: destination ?? known, datasets: all, ...(cur?.spent ? { spent: cur.spent } : {}), ...(delivers ? { delivers } : {}) });
     fault('export.afterSinkState');
+    return replaced;
+  }
+
+  /** Known once a unit was planned: a sink's state only ever leaves "untouched" by forget. */
+  private touched = false;
+
+  /**
+   * No unit was ever planned for this sink (no intent open, no watermark
+   * moved): nothing of it can be at any destination. An intent is recorded
+   * before any byte of its unit leaves, and clears only as its watermark moves,
+   * so an open one may have reached its destination unconfirmed. `fresh` reads
+   * the disk even when this process saw a unit. @ref LLP 0070
+   */
+  async untouched(fresh = false): Promise<boolean> {
+    if (this.touched && !fresh) return false;
+    for (const { record: r } of await this.watermarks.list()) {
+      const moved = r.continuation !== null || r.exportedRowCount > 0 || (r.rejectedRows ?? 0) > 0 || r.handedOver !== undefined || (r.shippedUntil ?? null) !== null;
+      if (moved || r.intent !== null || (r.next ?? null) !== null) {
+        this.touched = true;
+        return false;
+      }
+    }
+    this.touched = false;
+    return true;
   }
 
   private async writeState(state: SinkStateFile): Promise<void> {
@@ -186,6 +226,7 @@ export class SinkState {
    * folder stays: its lock is held by the caller.
    */
   async forget(dataset?: string): Promise<void> {
+    this.touched = false;
     const cur = await this.read();
     if (cur) {
       // First, so a crash between the two steps still refuses to export to the old destination again.

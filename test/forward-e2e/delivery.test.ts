@@ -7,6 +7,7 @@
 import { SeqAllocator } from '../../kernel/flush/allocator.js';
 import assert from 'node:assert/strict';
 import { promises as fsp, readFileSync } from 'node:fs';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { readStored, startReceiver } from '../../fixtures/receiver/server.js';
@@ -265,6 +266,35 @@ test('6c. 413 on a unit smaller than unit.maxRows whose seqs are not consecutive
   }
 });
 
+test('8b. a POST that may have reached the receiver, then refused connections: the unit stays recorded (it may be stored)', async () => {
+  const ws = await workspace('reached');
+  // Takes the first connection and never answers, then listens no more: the first POST may
+  // have been stored for all the client knows; the retry is refused before a connection.
+  const held: Socket[] = [];
+  const trap = createServer((sock) => {
+    held.push(sock);
+    sock.resume();
+    trap.close();
+  });
+  await new Promise<void>((r) => trap.listen(0, '127.0.0.1', r));
+  const { port } = trap.address() as AddressInfo;
+  await ws.writeConfig(e2eConfig(`http://127.0.0.1:${port}`, { unit: { maxRows: 20 }, forward: { ...FAST, timeoutMs: 300, retry: { attempts: 3, baseMs: 20, maxMs: 40 } } }));
+  const { k } = await openKernel(ws.configPath);
+  try {
+    await ingest(k, 'alpha', 1, 4);
+    const [rep] = await k.export('central');
+    assert.equal(rep?.failed, 1);
+    assert.match(rep?.partitions[0]?.error?.message ?? '', /ECONNREFUSED/, 'the last try was refused');
+    const p = partitionStatus(await k.status(), 'alpha');
+    assert.ok(p.intent, 'the unit stays recorded: its first POST may have been stored');
+    assert.equal(p.watermark, null);
+  } finally {
+    for (const sock of held) sock.destroy();
+    await k.close();
+    await ws.cleanup();
+  }
+});
+
 test('7. 401: HYPSINK_ERR_AUTH in status lastError; the token never appears in the CLI\'s output', async () => {
   const ws = await workspace('auth');
   const WRONG = 'wrong-client-token-Vb83Hq';
@@ -328,7 +358,8 @@ test('8. connection refused: a retryable error, the watermark unchanged; once a 
       const p = partitionStatus(before, s);
       assert.equal(p.watermark, null, 'a refused connection never advances the watermark');
       assert.equal(p.exportedRows, 0);
-      assert.ok(p.intent, 'the unit stays recorded for the retry');
+      // Every POST was refused before a connection: nothing of the unit left, so it is withdrawn (LLP 0070).
+      assert.equal(p.intent, null, 'a unit nothing of which was sent is not kept recorded');
       assert.match(p.lastError ?? '', /^HYPSINK_ERR_RETRYABLE: .*ECONNREFUSED/);
     }
 
@@ -338,8 +369,7 @@ test('8. connection refused: a retryable error, the watermark unchanged; once a 
       assert.equal(ok?.failed, 0);
       assert.equal(ok?.rows, 13);
       const st = await assertExactlyOnce(ws.recv, { alpha: ids(1, 10), beta: ids(101, 3) });
-      // The retry sent the recorded units under their recorded ids.
-      for (const s of ['alpha', 'beta']) assert.ok(st.ledger.some((e) => e.id === partitionStatus(before, s).intent?.unit));
+      assert.ok(st.ledger.length > 0);
       const after = await k.status();
       for (const s of ['alpha', 'beta']) {
         const p = partitionStatus(after, s);

@@ -4,8 +4,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { after, test } from 'node:test';
-import { Worker } from 'node:worker_threads';
 import { createMetrics, serveMetrics } from '../../kernel/metrics.js';
+import { type HeldAnswer, fetchWhileHeld } from '../support/held-fetch.js';
 import { BIN, ingest, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
 
@@ -71,22 +71,6 @@ test('hypsink run --metrics-port serves /metrics and drains on SIGTERM', async (
   assert.equal(code, 0);
 });
 
-/**
- * A scraper on a thread of its own: GET `url`, then record the status and the
- * body in `shared` and wake whoever waits on it. Runs while this (the kernel's)
- * thread is held, so it cannot be a fetch of this thread.
- */
-const SCRAPER = `
-const { workerData } = require('node:worker_threads');
-const flag = new Int32Array(workerData.shared, 0, 2);
-const out = new Uint8Array(workerData.shared, 8);
-fetch(workerData.url).then(async (r) => {
-  const body = new TextEncoder().encode(await r.text()).subarray(0, out.length);
-  out.set(body);
-  flag[1] = r.status;
-}, () => { flag[1] = -1; }).finally(() => { Atomics.store(flag, 0, 1); Atomics.notify(flag, 0); });
-`;
-
 test('a scrape during a tick is answered while the tick holds the kernel thread, with the last gauges (LLP 0068)', async () => {
   const dir = tempDir();
   const { k } = await openKernel(await writeConfig(dir, sampleConfig()));
@@ -94,21 +78,16 @@ test('a scrape during a tick is answered while the tick holds the kernel thread,
   await ingest(k, 'web', 1, 25);
   const server = await serveMetrics(createMetrics(k), 0);
   after(() => server.close());
-  const shared = new SharedArrayBuffer(8 + 64 * 1024);
-  const flag = new Int32Array(shared, 0, 2);
-  let heldFor: 'answered' | 'timed-out' | undefined;
+  let answers: HeldAnswer[] | null | undefined;
   // The tick is held at its start, on this thread: as a long encoding holds it, only harder.
-  // The bound only keeps a failing run from hanging; the assertion is whether the answer came.
   k.hooks.tickStart.tap('hold', () => {
-    const scraper = new Worker(SCRAPER, { eval: true, workerData: { url: `http://127.0.0.1:${server.port}/metrics`, shared } });
-    heldFor = Atomics.wait(flag, 0, 0, 30_000) === 'timed-out' ? 'timed-out' : 'answered';
-    void scraper.terminate();
+    answers = fetchWhileHeld([`http://127.0.0.1:${server.port}/metrics`]);
   });
   const [r] = await k.export('archive');
   assert.equal(r?.rows, 25, 'the tick went on after the scrape');
-  assert.equal(heldFor, 'answered', 'the scrape was answered while the tick held the kernel thread');
-  assert.equal(flag[1], 200);
-  const text = new TextDecoder().decode(new Uint8Array(shared, 8)).replace(/\0+$/, '');
+  assert.ok(answers, 'the scrape was answered while the tick held the kernel thread');
+  assert.equal(answers[0]?.status, 200);
+  const text = answers[0].body;
   const l = { sink: 'archive', dataset: 'events', source: 'web' };
   assert.equal(metric(text, 'hypsink_pending_rows', l), 25, 'the gauges as last read, before the tick');
   assert.equal(metric(text, 'hypsink_exported_rows_total', l), undefined, 'nothing exported yet when it answered');

@@ -217,6 +217,7 @@ describe('faults beyond the budget are classified', () => {
     assert.match(e.message, /HTTP 500 InternalError/);
     assert.match(e.message, /retried on a later tick/);
     assert.equal(proxy.log.filter((l) => isPut(prefix)(l.req)).length, 3);
+    assert.equal(e.unsent, false, 'the store answered: the unit may not be called unsent (LLP 0070)');
     assert.equal(await s3.objectExists('lake', `${prefix}/${KEY}`), false);
     await dest.close();
   });
@@ -259,6 +260,19 @@ describe('faults beyond the budget are classified', () => {
     assert.match(e.message, /ECONNREFUSED/);
     assert.match(e.message, /config\.endpoint/);
     assert.ok(e.message.includes(`s3://lake/hyp/${KEY}`));
+    assert.equal(e.unsent, true, 'no request reached a store: nothing of the unit was sent (LLP 0070)');
+    await dest.close();
+  });
+
+  test('a connection dropped after the request went out, every try: the unit is not unsent (it may be stored)', async () => {
+    const prefix = 'dropall';
+    // No HeadObject first ("header"): the PUTs are the only requests, and each one reaches the store's side.
+    proxy.setRule((r) => (isPut(prefix)(r) ? { kind: 'drop' } : undefined));
+    const { dest } = makeDestination(baseConfig(proxy.endpoint, { prefix, createIfAbsent: 'header', retry: { attempts: 2, baseMs: 5, maxMs: 50 } }));
+    const e = await rejects(dest.putIfAbsent(KEY, bodyOf(bytes(100)), { ...OPTS, signal }));
+    assert.equal(e.code, 'HYPSINK_ERR_RETRYABLE');
+    assert.equal(proxy.log.filter((l) => isPut(prefix)(l.req)).length, 2);
+    assert.equal(e.unsent, false, 'a request reached a connection: the unit may not be called unsent (LLP 0070)');
     await dest.close();
   });
 

@@ -12,6 +12,9 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { assertExactlyOnce, cli, cliStatus, ingest, openKernel, partitionStatus, range, readExports, sampleConfig, walkFiles, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
+import { throwingAt } from '../support/fault.js';
+import { loadConfig } from '../../kernel/config/load.js';
+import { SinkState } from '../../kernel/sinks/states.js';
 
 async function movedDir(): Promise<{ dir: string; config: string }> {
   const dir = tempDir();
@@ -64,10 +67,11 @@ test('a blob sink whose dir changed, forgotten: the new destination starts from 
   assert.deepEqual([p.exportedRows, p.pendingRows, p.gapRows, p.committedRows, p.lastError], [15, 0, 0, 15, null]);
 });
 
-test("a forward sink whose url changed is refused before anything is sent", async () => {
+test('a forward url that never answered is corrected in the config: its unit was withdrawn, so the new url is taken (issue 28)', async () => {
   const dir = tempDir();
   const c = sampleConfig();
-  c.sinks = { central: { plugin: '@hypsink/forward', datasets: ['events'], config: { url: 'http://127.0.0.1:9/', retry: { attempts: 1, baseMs: 1, maxMs: 1 } } } };
+  const central = (port: number) => ({ plugin: '@hypsink/forward', datasets: ['events'], config: { url: `http://127.0.0.1:${port}/`, retry: { attempts: 1, baseMs: 1, maxMs: 1 } } });
+  c.sinks = { central: central(9) };
   let config = await writeConfig(dir, c);
   const { k } = await openKernel(config);
   try {
@@ -76,12 +80,40 @@ test("a forward sink whose url changed is refused before anything is sent", asyn
     await k.close();
   }
   const first = await cli('export', '--config', config);
-  assert.match(first.err, /HYPSINK_ERR_RETRYABLE/, 'nothing listens there: the first tick fails, but records where the sink sends');
-  c.sinks.central!.config = { url: 'http://127.0.0.1:10/', retry: { attempts: 1, baseMs: 1, maxMs: 1 } };
+  assert.match(first.err, /HYPSINK_ERR_RETRYABLE/, 'nothing listens there: the first tick fails');
+  const stateDir = (await loadConfig(config)).stateDir;
+  const wm = await SinkState.of(stateDir, 'central').watermarks.list();
+  assert.equal(wm.length, 1);
+  assert.deepEqual([wm[0]!.record.intent, wm[0]!.record.next ?? null], [null, null], 'the unit nothing of which was sent is withdrawn');
+  c.sinks.central = central(10);
   config = await writeConfig(dir, c);
   const moved = await cli('export', '--config', config);
-  assert.equal(moved.code, 2, moved.err);
-  assert.match(moved.err, /belong to forward http:\/\/127\.0\.0\.1:9, .*now points it at forward http:\/\/127\.0\.0\.1:10/);
+  assert.doesNotMatch(moved.err, /HYPSINK_ERR_CONFIG/, 'the corrected url is not refused');
+  assert.match(moved.err, /could not deliver batch .* to http:\/\/127\.0\.0\.1:10\/v1\/ingest\/events/, "the new url is tried");
+  assert.equal((await SinkState.of(stateDir, 'central').read())?.destination, 'forward http://127.0.0.1:10');
+});
+
+test('a destination a unit was planned for stays locked though no watermark moved: that unit may be there (simulation seed 169)', async () => {
+  const dir = tempDir();
+  const c = sampleConfig();
+  let config = await writeConfig(dir, c);
+  const { k } = await openKernel(config);
+  try {
+    await ingest(k, 'web', 1, 4);
+    // The unit reaches the folder; the watermark never moves over it.
+    await throwingAt('export.afterShip', () => k.export()).catch(() => undefined);
+  } finally {
+    await k.close();
+  }
+  assert.notDeepEqual(await walkFiles(join(dir, 'exports')), [], 'the unit is at the old destination');
+  c.sinks.archive!.config = { dir: 'exports-new' };
+  config = await writeConfig(dir, c);
+  const r = await cli('export', '--config', config);
+  assert.equal(r.code, 2, r.err);
+  assert.match(r.err, /its watermarks belong to .*exports, but the config now points it at .*exports-new/);
+  assert.match(r.err, /→ Once the rows exported so far are at .*run "hypsink accept-destination archive"/);
+  assert.doesNotMatch(r.err, /Fix the named field/);
+  assert.deepEqual(await walkFiles(join(dir, 'exports-new')), [], 'nothing written to the new destination');
 });
 
 test('a sink forgotten while it still points at its destination is refused there: no row delivered twice', async () => {

@@ -11,18 +11,46 @@
 import { getRandomValues, randomUUID } from 'node:crypto';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
-import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
-import { HypsinkError, parseSinkConfig, unitConflict } from 'hypsink/plugin';
+import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PgConnection, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
+import { HypsinkError, notAPgSslMode, PG_SSL_MODES, parseSinkConfig, pgConnection, unitConflict } from 'hypsink/plugin';
 import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
+import { JdbcCatalog } from './catalog.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
 import { compactTable } from './compact.js';
 import { expireSnapshots, removeOrphans } from './maintain.js';
 import { carryOver, mergeRule } from './merge.js';
 import { summaryOf } from './summary.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
-import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, writerTag } from './table.js';
+import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, versionKey, writerTag } from './table.js';
 
 const TABLE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
+
+/** The catalog's key columns are VARCHAR(255) in JdbcCatalog's and SqlCatalog's schema. */
+const catalogName = z.string().min(1).max(255);
+
+/**
+ * A JDBC catalog on PostgreSQL (`iceberg_tables`, as Spark's JdbcCatalog and pyiceberg's SqlCatalog keep it): the
+ * table's current metadata is the file its row names, and a commit swaps that row. The table's name in the catalog
+ * is its name here (`table`, else the dataset's). @ref LLP 0077
+ */
+const catalogSchema = z
+  .object({
+    type: z.literal('jdbc'),
+    /** `postgres://user:password@host:port/database`, usually "${HYPSINK_CATALOG_URL}"; sslmode as the Postgres sink reads it. */
+    url: z.string().refine((u) => /^postgres(ql)?:\/\//.test(u), 'must be a postgres:// URL'),
+    ssl: z
+      .object({
+        mode: z.enum(PG_SSL_MODES, { error: (iss) => (typeof iss.input === 'string' ? `sslmode ${notAPgSslMode(iss.input)}` : `must be one of libpq's sslmodes: ${PG_SSL_MODES.join(', ')}`) }).optional(),
+        ca: z.string().min(1).optional(),
+      })
+      .strict()
+      .optional(),
+    /** The catalog's name (`catalog_name`): pyiceberg's `load_catalog` name, Spark's `spark.sql.catalog.<name>`. */
+    name: catalogName,
+    /** The tables' namespace (`table_namespace`), `a.b` for a nested one. */
+    namespace: catalogName,
+  })
+  .strict();
 
 const configSchema = z
   .object({
@@ -59,12 +87,17 @@ const configSchema = z
     compact: z.boolean().default(true),
     compactTargetBytes: z.number().int().positive().default(128 * 1024 * 1024),
     compactMinFiles: z.number().int().min(2).default(5),
+    /** Commit through a catalog; without one the table is path-based (its highest `v<N>.metadata.json`). @ref LLP 0077 */
+    catalog: catalogSchema.optional(),
   })
   .strict();
 export type IcebergConfig = z.infer<typeof configSchema>;
 
 /** The sink's `writerConfig`, declared so the host checks it before `create`. @ref LLP 0032 */
-export const ICEBERG_OPTIONS: PluginOptionsSpec = { keys: Object.keys(configSchema.shape), validate: configSchema['~standard'].validate };
+export const ICEBERG_OPTIONS: PluginOptionsSpec = {
+  keys: [...Object.keys(configSchema.shape), ...Object.keys(catalogSchema.shape).map((k) => `catalog.${k}`), 'catalog.ssl.mode', 'catalog.ssl.ca'],
+  validate: configSchema['~standard'].validate,
+};
 
 const CODECS = {
   zstd: pw.Compression.ZSTD,
@@ -84,10 +117,22 @@ function partitionFields(spec: PartitionSpec): PartitionField[] {
 }
 
 class IcebergWriter {
+  /** The catalog's connection, checked when the sink is built (its URL and sslmode), opened per statement. */
+  private readonly catalog: PgConnection | null;
+
   constructor(
     private readonly cfg: IcebergConfig,
     private readonly build: SinkBuildContext,
-  ) {}
+  ) {
+    this.catalog = cfg.catalog ? pgConnection(cfg.catalog, build.sink, build.baseDir, 'writerConfig.catalog') : null;
+  }
+
+  /** The table's store: through the catalog when one is configured. @ref LLP 0077 */
+  store(table: string, destination: BlobDestination): TableStore {
+    const c = this.cfg.catalog;
+    const pointer = c && this.catalog ? new JdbcCatalog(this.catalog, { catalog: c.name, namespace: c.namespace, table }, this.build.sink) : undefined;
+    return new TableStore(table, destination, this.build.sink, this.build.log, pointer);
+  }
 
   /** This cache and sink: persisted with the cache (its id), so two hosts never share one. */
   get writer(): string {
@@ -226,7 +271,7 @@ class IcebergWriter {
     this.need(destination);
     const locate = (k: string) => destination.locate(k);
     const table = this.tableOf(unit.partition.dataset);
-    const store = new TableStore(table, destination, unit.sink, this.build.log);
+    const store = this.store(table, destination);
     const want = this.mark(unit);
     let head = await this.settle(store, unit, want, locate);
     if (this.own(head, want, unit, store)) return this.duplicate(store, head, unit);
@@ -373,7 +418,7 @@ class IcebergWriter {
   async *inventory(p: PartitionRef, destination: BlobDestination, opts: { signal: AbortSignal }): AsyncIterable<HeldUnit> {
     this.need(destination);
     const table = this.tableOf(p.dataset);
-    const head = await new TableStore(table, destination, this.build.sink, this.build.log).head(opts.signal);
+    const head = await this.store(table, destination).head(opts.signal);
     if (head === null) return;
     for (const s of head.metadata.snapshots) {
       const m = markOf(s);
@@ -394,7 +439,7 @@ class IcebergWriter {
     if (!destination.remove) throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": its destination cannot remove blobs, so snapshot expiry cannot run there`);
     const done: string[] = [];
     for (const table of new Set(opts.datasets.map((d) => this.tableOf(d)))) {
-      const store = new TableStore(table, destination, this.build.sink, this.build.log);
+      const store = this.store(table, destination);
       // Compaction first: the files it replaces then expire with the snapshots that still read them. @ref LLP 0078
       const compacted = this.cfg.compact
         ? await compactTable({
@@ -409,6 +454,38 @@ class IcebergWriter {
         : `table ${table}: compaction off`;
       const expired = await expireSnapshots(store, destination, this.cfg, opts);
       done.push(`${compacted}; ${expired}; ${await removeOrphans(store, destination, this.cfg, opts)}`);
+    }
+    return done.join('; ');
+  }
+
+  /**
+   * Add each path-based table of `datasets` to the catalog, at its head (the
+   * highest `v<N>.metadata.json`), with SqlCatalog's `register_table` row; a
+   * table the catalog has is left as it is, and one not made yet is added by
+   * its first export. Every other writer of the table must be configured with
+   * the catalog before: one still committing by path starts a second history.
+   * @ref LLP 0077
+   */
+  async register(destination: BlobDestination, opts: { signal: AbortSignal; datasets: readonly string[] }): Promise<string> {
+    this.need(destination);
+    const done: string[] = [];
+    for (const table of new Set(opts.datasets.map((d) => this.tableOf(d)))) {
+      const store = this.store(table, destination);
+      const pointer = store.pointer;
+      if (!pointer) throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": writerConfig.catalog is not set, so there is no catalog to register table ${table} in; add it (README, "Iceberg catalogs"), then run again`);
+      const held = await pointer.current(opts.signal);
+      if (held !== null) {
+        done.push(`table ${table}: already in ${pointer.shown} at ${held}`);
+        continue;
+      }
+      const head = await store.pathHead(opts.signal);
+      if (head === null) {
+        done.push(`table ${table}: not made yet; its first export creates it in ${pointer.shown}`);
+        continue;
+      }
+      const file = destination.locate(versionKey(table, head.version));
+      const added = await pointer.swap(null, file, opts.signal);
+      done.push(added ? `table ${table}: registered in ${pointer.shown} at ${file}` : `table ${table}: already in ${pointer.shown} (added meanwhile)`);
     }
     return done.join('; ');
   }
@@ -438,6 +515,7 @@ export default function activate(ctx: PluginContext): void {
           ship: (unit, destination, reads) => writer.ship(unit, destination, reads),
           inventory: (p, destination, opts) => writer.inventory(p, destination, opts),
           maintain: (destination, opts) => writer.maintain(destination, opts),
+          register: (destination, opts) => writer.register(destination, opts),
         },
       };
     },

@@ -213,7 +213,7 @@ export async function removeOrphans(store: TableStore, destination: BlobDestinat
     const names = b.key.slice(root.length).split('/');
     if (!b.key.startsWith(root) || names.some((n) => n === '' || n === '.' || n === '..')) continue;
     if (names[0] !== 'data' && names[0] !== 'metadata') continue;
-    if (b.key === hint || (names.length === 2 && names[0] === 'metadata' && /^v\d+\.metadata\.json$/.test(names[1]!))) continue;
+    if (b.key === hint || store.keepsVersion(b.key, head)) continue;
     if (live.has(b.key)) continue;
     if (names[0] === 'data' && mayCommit(names.at(-1)!)) continue;
     // Without a time in the listing its age is unknown: it may be a commit's on its way.

@@ -5,11 +5,15 @@
  * race, reads the new head and re-bases its change on it. `version-hint.text`
  * names the newest version for readers that need it, but a writer never trusts
  * it alone: it walks forward from it until a version is absent.
- * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule)
+ * A table in a catalog has a pointer instead (catalog.ts): its head is the
+ * file the catalog names, and a commit writes a fresh file and swaps the
+ * catalog's pointer to it.
+ * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule), LLP 0077 (catalogs)
  */
 import { createHash, randomUUID } from 'node:crypto';
 import type { BlobDestination, Logger } from 'hypsink/plugin';
 import { HypsinkError, isHypsinkError, sleep } from 'hypsink/plugin';
+import { catalogMetadataName, type TablePointer, versionOfName } from './catalog.js';
 import type { IcebergSchema, PartitionSpec } from './schema.js';
 
 export interface Snapshot {
@@ -47,6 +51,8 @@ export interface TableMetadata {
 export interface Head {
   readonly version: number;
   readonly metadata: TableMetadata;
+  /** The metadata file's location exactly as a catalog names it (a catalog table only). @ref LLP 0077 */
+  readonly file?: string;
 }
 
 /**
@@ -131,7 +137,8 @@ export function newTable(location: string, schema: IcebergSchema, spec: Partitio
 /** The next version of `head`: its metadata changed by `change`, the previous file in the metadata log. */
 export function nextVersion(tableKey: string, head: Head, locate: (key: string) => string, now: number, change: Partial<TableMetadata>): TableMetadata {
   const prev = head.metadata;
-  const log = [...prev['metadata-log'], { 'timestamp-ms': prev['last-updated-ms'], 'metadata-file': locate(versionKey(tableKey, head.version)) }];
+  // A catalog's file by the catalog's own spelling: a catalog commit swaps from the last entry. @ref LLP 0077
+  const log = [...prev['metadata-log'], { 'timestamp-ms': prev['last-updated-ms'], 'metadata-file': head.file ?? locate(versionKey(tableKey, head.version)) }];
   return { ...prev, ...change, 'last-updated-ms': Math.max(now, prev['last-updated-ms'] + 1), 'metadata-log': log.slice(-METADATA_LOG_MAX) };
 }
 
@@ -145,11 +152,17 @@ export class TableStore {
     private readonly destination: BlobDestination,
     private readonly sink: string,
     private readonly log: Logger,
+    /** The catalog that points at the table's current metadata; none for a path-based table. @ref LLP 0077 */
+    readonly pointer?: TablePointer,
   ) {}
+
+  /** The files a catalog named, by version, for messages. */
+  private readonly named = new Map<number, string>();
 
   /** Where version `v` of the table's metadata is, for messages (no secrets). */
   describe(v: number): string {
-    return this.destination.describe(versionKey(this.tableKey, v));
+    const named = this.named.get(v);
+    return named !== undefined && this.pointer ? `${this.pointer.shown}: ${named}` : this.destination.describe(versionKey(this.tableKey, v));
   }
 
   private async json(key: string, signal: AbortSignal): Promise<TableMetadata | null> {
@@ -167,6 +180,10 @@ export class TableStore {
    * listed), walked forward while the next version exists. Null for no table.
    */
   async head(signal: AbortSignal): Promise<Head | null> {
+    return this.pointer ? this.pointed(this.pointer, signal) : this.walked(signal);
+  }
+
+  private async walked(signal: AbortSignal): Promise<Head | null> {
     let v = await this.hinted(signal);
     let metadata = v > 0 ? await this.json(versionKey(this.tableKey, v), signal) : null;
     if (v > 0 && metadata === null) {
@@ -185,6 +202,38 @@ export class TableStore {
     return { version: v, metadata };
   }
 
+  /**
+   * The catalog's head: the file its row names, checked as a path is (LLP
+   * 0063). No row while a path-based table is there is refused: creating one
+   * would start a second history beside it.
+   * @ref LLP 0077
+   */
+  private async pointed(pointer: TablePointer, signal: AbortSignal): Promise<Head | null> {
+    const file = await pointer.current(signal);
+    if (file === null) {
+      const path = await this.walked(signal);
+      if (path === null) return null;
+      throw new HypsinkError(
+        'HYPSINK_ERR_CONFIG',
+        `sink "${this.sink}": ${pointer.shown} is not there, but the table is, path-based, at ${this.describe(path.version)}; a commit through the catalog would start a second history beside it. Register it first: hypsink iceberg register --sink ${this.sink}`,
+      );
+    }
+    const v = versionOfName(file);
+    this.named.set(v, file);
+    const metadata = await this.json(this.keyOf(file, pointer.shown), signal);
+    if (metadata === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${this.sink}": ${pointer.shown} names ${file}, which is not there; the table is damaged: restore that file`);
+    this.checkMetadata(metadata, v);
+    return { version: v, metadata, file };
+  }
+
+  /**
+   * The path-based head's version and metadata, to register the table in a
+   * catalog; null without a table.
+   */
+  async pathHead(signal: AbortSignal): Promise<Head | null> {
+    return this.walked(signal);
+  }
+
   private async hinted(signal: AbortSignal): Promise<number> {
     return (await this.hintedVersion(signal)) ?? this.listed(signal);
   }
@@ -201,9 +250,29 @@ export class TableStore {
 
   /** Create version `v` if absent: true when this call made it, false when another writer did first. */
   async commit(v: number, metadata: TableMetadata, signal: AbortSignal): Promise<boolean> {
+    if (this.pointer) return this.swap(this.pointer, v, metadata, signal);
+    return this.create(versionKey(this.tableKey, v), metadata, signal);
+  }
+
+  /**
+   * A catalog commit: the version in a file of a fresh name (never a lost
+   * create: a writer that died before its swap leaves an orphan, not a
+   * blocked name), then the catalog's pointer swapped from the version it was
+   * made from, the last of its metadata log (`nextVersion` puts the head's
+   * file there), or added when it has none (a new table).
+   * @ref LLP 0077
+   */
+  private async swap(pointer: TablePointer, v: number, metadata: TableMetadata, signal: AbortSignal): Promise<boolean> {
+    const key = `${this.tableKey}/metadata/${catalogMetadataName(v, randomUUID())}`;
+    await this.create(key, metadata, signal);
+    const base = metadata['metadata-log'].at(-1)?.['metadata-file'] ?? null;
+    return pointer.swap(base, this.destination.locate!(key), signal);
+  }
+
+  private async create(key: string, metadata: TableMetadata, signal: AbortSignal): Promise<boolean> {
     const bytes = new TextEncoder().encode(`${JSON.stringify(metadata, null, 1)}\n`);
     const put = await this.destination.putIfAbsent(
-      versionKey(this.tableKey, v),
+      key,
       (async function* () {
         yield bytes;
       })(),
@@ -223,6 +292,8 @@ export class TableStore {
    * @ref LLP 0073
    */
   async hint(v: number, signal: AbortSignal): Promise<number> {
+    // A catalog table has no hint: the catalog is its pointer, and other writers through it never move a hint. @ref LLP 0077
+    if (this.pointer) return v;
     for (;;) {
       while (await this.exists(v + 1, signal)) v += 1;
       await this.destination.replace!(hintKey(this.tableKey), new TextEncoder().encode(`${v}\n`), { contentType: 'text/plain', signal });
@@ -234,8 +305,34 @@ export class TableStore {
     return (await this.destination.get!(versionKey(this.tableKey, v), { signal })) !== null;
   }
 
+  /**
+   * A metadata file orphan cleanup keeps, whatever its age. Of a path-based
+   * table every version (LLP 0052: a writer with a stale head could create a
+   * removed number again). Of a catalog table the head's file and those its
+   * metadata log names: another is a swap that was lost or never made, which
+   * no writer creates twice (fresh names), so an orphan (LLP 0073).
+   * @ref LLP 0077
+   */
+  keepsVersion(key: string, head: Head): boolean {
+    const name = key.slice(`${this.tableKey}/metadata/`.length);
+    if (!key.startsWith(`${this.tableKey}/metadata/`) || name.includes('/')) return false;
+    if (!this.pointer) return /^v\d+\.metadata\.json$/.test(name);
+    if (!name.endsWith('.metadata.json')) return false;
+    let kept = this.keptFiles.get(head);
+    if (kept === undefined) {
+      const files = [head.file, ...head.metadata['metadata-log'].map((e) => e['metadata-file'])].filter((f) => f !== undefined);
+      kept = new Set(files.map((f) => this.keyOf(f, this.describe(head.version))));
+      this.keptFiles.set(head, kept);
+    }
+    return kept.has(key);
+  }
+
+  /** Per head, the keys of the metadata files it keeps: asked once per listed file. */
+  private readonly keptFiles = new WeakMap<Head, Set<string>>();
+
   /** The version the hint names, as a reader that trusts it alone would open it; null without a usable hint. */
   async hintedVersion(signal: AbortSignal): Promise<number | null> {
+    if (this.pointer) return null;
     const bytes = await this.destination.get!(hintKey(this.tableKey), { signal });
     const n = bytes === null ? Number.NaN : Number.parseInt(new TextDecoder().decode(bytes).trim(), 10);
     return Number.isSafeInteger(n) && n > 0 ? n : null;

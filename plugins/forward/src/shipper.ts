@@ -17,6 +17,7 @@ import {
   type UnitLimits,
   type UnitShipper,
   linkSignals,
+  neverConnected,
   unitConflict,
 } from 'hypsink/plugin';
 import { backoffMs, ladderStep, parkedWait, parseRetryAfter } from './backoff.js';
@@ -101,10 +102,13 @@ export class ForwardShipper implements UnitShipper {
     let staleRetries = 0;
     /** An earlier POST of this unit may have been stored (no answer, a 5xx): a 413 now proves nothing. */
     let maybeStored = false;
+    /** Some POST of this unit got an answer or may have reached the receiver; else nothing of it was sent (LLP 0070). */
+    let reached = false;
 
     for (;;) {
       if (signal.aborted) throw this.aborted(unit);
       const out = await this.service.post(req, signal);
+      if (!(out.kind === 'transient' && out.status === undefined && neverConnected(out))) reached = true;
       switch (out.kind) {
         case 'ok':
           log.debug({ ...fields, rows: req.rows, bytes: req.body.length, duplicate: out.duplicate }, 'batch delivered');
@@ -153,7 +157,14 @@ export class ForwardShipper implements UnitShipper {
                 `sink "${this.ctx.sink}": could not deliver ${where} to ${this.service.describe(req.path)} ` +
                   `after ${failures} ${failures === 1 ? 'try' : 'tries'}: ${out.message}; the partition is retried on a later tick`,
               ),
-              { retryable: true, status: out.status, batchId: unit.id, cause: this.causeOf(out.code, out.message), hint: unreachableHint(out.code, this.service.describe('')) },
+              {
+                retryable: true,
+                status: out.status,
+                batchId: unit.id,
+                cause: this.causeOf(out.code, out.message),
+                hint: unreachableHint(out.code, this.service.describe('')),
+                unsent: !reached,
+              },
             );
           }
           log.warn(

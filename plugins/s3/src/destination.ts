@@ -139,6 +139,7 @@ export class S3Destination implements BlobDestination {
       budget: this.cfg.retry,
       signal: opts.signal,
       log: this.log,
+      contact: { answered: false },
     };
     const iterator = body[Symbol.asyncIterator]();
     try {

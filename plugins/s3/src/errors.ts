@@ -175,6 +175,8 @@ export interface ErrorContext {
   readonly where: string;
   readonly op: string;
   readonly attempts: number;
+  /** No request of the unit's put reached the store (LLP 0070). */
+  readonly unsent?: boolean;
 }
 
 /** A cause safe to log: what happened, never what was sent. */
@@ -203,7 +205,7 @@ export function toHypsinkError(f: Fault, ctx: ErrorContext): HypsinkError {
             ? 'The store did not answer (network or timeout): check that config.endpoint is reachable. '
             : 'The store is throttling or failing (5xx). ') +
           'The partition is retried on a later tick under the same key, which is created at most once.',
-        { cause, retryable: true, ...(f.retryAfterMs === undefined ? {} : { retryAfterMs: f.retryAfterMs }) },
+        { cause, retryable: true, unsent: ctx.unsent === true, ...(f.retryAfterMs === undefined ? {} : { retryAfterMs: f.retryAfterMs }) },
       );
     }
     case 'auth':

@@ -3,7 +3,7 @@
  * (`maxAttempts: 1`) so that this budget is the only one: bounded, testable,
  * honouring Retry-After, and abortable by the unit's signal while it sleeps.
  */
-import { type HypsinkError, type Logger, sleep } from 'hypsink/plugin';
+import { type HypsinkError, type Logger, neverConnected, sleep } from 'hypsink/plugin';
 import type { RetryBudget } from './config.js';
 import { type ErrorContext, type Fault, classify, toHypsinkError } from './errors.js';
 
@@ -14,6 +14,12 @@ export interface RetryScope {
   readonly budget: RetryBudget;
   readonly signal: AbortSignal;
   readonly log: Logger;
+  /**
+   * A unit's put: set once any request of it is answered, or fails in a way
+   * that may have reached the store. Still unset when the put fails, nothing
+   * of the unit was sent (`HypsinkError.unsent`). @ref LLP 0070
+   */
+  readonly contact?: { answered: boolean };
 }
 
 /** Full-jitter-ish exponential backoff: half fixed, half random, capped. */
@@ -23,7 +29,7 @@ export function backoffMs(attempt: number, budget: RetryBudget, random = Math.ra
 }
 
 export function errorFor(fault: Fault, scope: RetryScope, op: string, attempts: number): HypsinkError {
-  const ctx: ErrorContext = { sink: scope.sink, bucket: scope.bucket, where: scope.where, op, attempts };
+  const ctx: ErrorContext = { sink: scope.sink, bucket: scope.bucket, where: scope.where, op, attempts, unsent: scope.contact !== undefined && !scope.contact.answered };
   return toHypsinkError(fault, ctx);
 }
 
@@ -37,8 +43,11 @@ export async function withRetry<T>(op: string, scope: RetryScope, fn: (attempt: 
   for (let attempt = 1; ; attempt++) {
     if (signal.aborted) throw errorFor(classify(signal.reason, signal), scope, op, attempt - 1);
     try {
-      return await fn(attempt);
+      const r = await fn(attempt);
+      if (scope.contact) scope.contact.answered = true;
+      return r;
     } catch (e) {
+      if (scope.contact && !neverConnected(e)) scope.contact.answered = true;
       const fault = classify(e, signal);
       if (fault.kind !== 'retryable' || attempt >= budget.attempts) throw errorFor(fault, scope, op, attempt);
       // A Retry-After beyond our cap ends the budget: the kernel's outbox waits instead of a parked request.
