@@ -39,6 +39,8 @@ export const FAULT_POINTS = {
   'iceberg.afterManifestList': 'the manifest list of the snapshot is stored, the metadata version not yet created',
   'iceberg.afterCommit': "the table's next metadata version is created (the unit committed), the version hint not yet moved",
   'iceberg.afterVersionHint': 'the version hint names the new version, the watermark not yet advanced',
+  'iceberg.afterCompactFiles': "maintain --tables wrote a table's compacted data files, no manifest names them",
+  'iceberg.afterReplaceCommit': "maintain --tables created the table's next version (the compaction's replace snapshot), the version hint not yet moved",
   'localfs.afterTemp': 'the temp blob is written and fsynced, not linked',
   'localfs.afterRecord': "local-fs's commit record names the blob (key, size, digest), the blob not yet linked",
   'localfs.afterLink': 'the blob is linked under its key, temp not removed',

@@ -364,7 +364,7 @@ export function buildProgram(io: Out = stdio): Command {
     .description("run retention, compaction and/or the table sinks' maintenance now (all without flags)")
     .option('--retention', 'prune old rows')
     .option('--compact', 'compact partitions')
-    .option('--tables', 'expire old snapshots of table sinks (Iceberg)')
+    .option('--tables', 'compact data files, expire old snapshots and remove orphans of table sinks (Iceberg)')
     .option('--config <file>', 'config file')
     .action(async (o: { retention?: boolean; compact?: boolean; tables?: boolean }, cmd: Command) => {
       const all = !o.retention && !o.compact && !o.tables;

@@ -15,6 +15,7 @@
  * @ref LLP 0051, LLP 0052
  */
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, it } from 'node:test';
@@ -30,6 +31,8 @@ import { tempDir } from '../support/tmp.js';
 process.env.HYPSINK_LOG_LEVEL ??= 'warn';
 
 const POINTS = Object.keys(FAULT_POINTS).filter((p) => p.startsWith('iceberg.'));
+/** Points of `maintain --tables` (compaction, LLP 0078): crashed in a maintain, not an export. */
+const MAINTAIN_POINTS = new Set(['iceberg.afterCompactFiles', 'iceberg.afterReplaceCommit']);
 const SECRET = 'icebergCrashSecret0000000000000000000000';
 // The S3 plugin takes the AWS default chain: s3rver's account, for this process and its children.
 process.env.AWS_ACCESS_KEY_ID = S3RVER_ACCESS_KEY_ID;
@@ -52,16 +55,18 @@ interface Case {
   readonly days?: boolean;
   /** HYPSINK_FAULT_ACTION=throw in the test's own kernel, which then goes on. */
   readonly throw?: boolean;
+  /** The point is `maintain --tables`'s: the child compacts the table rather than exports. */
+  readonly maintain?: boolean;
 }
 
 const DESTS: Dest[] = ['local-fs', 's3'];
 const CASES: Case[] = [
-  ...POINTS.flatMap((point) => DESTS.map((dest): Case => ({ point, dest, at: 1 }))),
+  ...POINTS.flatMap((point) => DESTS.map((dest): Case => ({ point, dest, at: 1, ...(MAINTAIN_POINTS.has(point) ? { maintain: true } : {}) }))),
   // Between the first and second, and the second and third, of a unit's three day files.
   ...DESTS.flatMap((dest): Case[] => [1, 2].map((at) => ({ point: 'iceberg.afterDataFile', dest, at, days: true }))),
   ...['iceberg.afterManifestList', 'iceberg.afterCommit'].flatMap((point) => DESTS.map((dest): Case => ({ point, dest, at: 1, throw: true }))),
 ];
-const caseName = (c: Case) => `${c.point} × ${c.dest}${c.at > 1 ? ` (at ${c.at})` : ''}${c.days ? ', a unit over days' : ''}${c.throw ? ' (throw)' : ''}`;
+const caseName = (c: Case) => `${c.point} × ${c.dest}${c.maintain ? ' (maintain --tables)' : ''}${c.at > 1 ? ` (at ${c.at})` : ''}${c.days ? ', a unit over days' : ''}${c.throw ? ' (throw)' : ''}`;
 
 let s3: ConditionalS3;
 before(async () => {
@@ -93,7 +98,8 @@ async function setup(dest: Dest): Promise<Setup> {
     // Two units a partition per export: the crash hits one of several.
     unit: { maxRows: 5 },
     // Manifests merge at almost every commit (LLP 0072): a crash hits merged lists too.
-    writerConfig: { manifestMinCountToMerge: 2 },
+    // And a partition's data files compact once there are two (LLP 0078), for the maintain cases.
+    writerConfig: { manifestMinCountToMerge: 2, compactMinFiles: 2 },
     config:
       dest === 'local-fs'
         ? { dir: 'lake' }
@@ -186,7 +192,9 @@ async function assertTable(s: Setup, k: Hypsink, ledger: Ledger): Promise<Awaite
   // Each row's source column names the partition it was ingested to.
   for (const r of got) assert.equal(r.source, ledger.sourceOf.get(Number(r.id)), `row ${String(r.id)}'s source`);
 
-  const snapshots = (metadata.snapshots ?? []) as { 'snapshot-id': number; summary: Record<string, string> }[];
+  const all = (metadata.snapshots ?? []) as { 'snapshot-id': number; summary: Record<string, string> }[];
+  // A compaction's replace snapshot names no unit (LLP 0078); every other is a unit's.
+  const snapshots = all.filter((x) => x.summary.operation !== 'replace');
   const marks = snapshots.map((x) => ['writer', 'partition', 'since', 'until'].map((k) => x.summary[`hypsink.${k}`]).join(' | '));
   assert.equal(new Set(marks).size, marks.length, `one snapshot per unit: ${marks.join('; ')}`);
   for (const x of snapshots) for (const k of ['writer', 'partition', 'since', 'until']) assert.ok(x.summary[`hypsink.${k}`], `snapshot ${x['snapshot-id']} has hypsink.${k}`);
@@ -211,7 +219,7 @@ async function assertTable(s: Setup, k: Hypsink, ledger: Ledger): Promise<Awaite
   assert.ok(current, 'the current snapshot has its manifest list');
   assert.ok(current.manifests.length <= snapshots.length, 'the current manifest list holds at most one manifest per unit');
   const live = current.manifests.reduce((n, m) => n + Number(m.added_files_count) + Number(m.existing_files_count), 0);
-  const head = snapshots.find((x) => x['snapshot-id'] === metadata['current-snapshot-id'])!;
+  const head = all.find((x) => x['snapshot-id'] === metadata['current-snapshot-id'])!;
   assert.equal(live, Number(head.summary['total-data-files']), 'the current manifests name every data file the snapshots added, once');
 
   const status = await k.status();
@@ -242,6 +250,45 @@ async function crashCase(c: Case): Promise<void> {
       const files = (metadata.snapshots ?? []).map((x) => Number((x.summary as Record<string, string>)['added-data-files']));
       assert.ok(files.some((n) => n >= 3), `a unit of three days' rows is three data files (added-data-files: ${files.join(', ')})`);
     }
+  });
+}
+
+/**
+ * `maintain --tables` killed at a compaction point, after two exports left
+ * small files in every partition: the table reads every row once (a crash
+ * after the rewritten files leaves them unnamed; one after the replace commit
+ * leaves the hint behind), the next maintain and exports go on, rows once.
+ */
+async function maintainCase(c: Case): Promise<void> {
+  const s = await setup(c.dest);
+  const ledger = new Ledger(false);
+  await withKernel(s.config, async (k) => {
+    for (const n of [8, 3]) {
+      await ledger.ingest(k, n);
+      assert.equal((await exportLake(k)).failed, 0, 'an export');
+    }
+  });
+  const crashed = await runBin(['maintain', '--tables', '--config', s.config], { env: { HYPSINK_FAULT: c.point } });
+  assert.equal(crashed.signal, 'SIGKILL', `maintain was killed at ${c.point} (exit ${crashed.code}): ${crashed.stderr}`);
+  await withKernel(s.config, async (k) => {
+    // Read through the hint (icebird), which a crash after the replace commit left on the version before: rows once either way.
+    await assertTable(s, k, ledger);
+    if (s.dest === 'local-fs') {
+      // The newest version, past the hint: the replace is there exactly when the crash came after its commit.
+      const md = join(s.dir, 'lake', 'events', 'metadata');
+      const v = Math.max(...readdirSync(md).flatMap((n) => /^v(\d+)\.metadata\.json$/.exec(n)?.[1] ?? []).map(Number));
+      const newest = JSON.parse(readFileSync(join(md, `v${v}.metadata.json`), 'utf8')) as { snapshots: { summary: Record<string, string> }[] };
+      assert.equal(newest.snapshots.some((x) => x.summary.operation === 'replace'), c.point === 'iceberg.afterReplaceCommit', `${c.point}: a replace snapshot in v${v}`);
+    }
+    const [again] = (await k.maintain({ tables: true })).tables;
+    assert.ok(again, 'maintain reports the lake');
+    await ledger.ingest(k, 4);
+    assert.equal((await exportLake(k)).failed, 0, 'an export after the compaction');
+    const after = await assertTable(s, k, ledger);
+    assert.ok(
+      (after.metadata.snapshots ?? []).some((x) => (x.summary as Record<string, string>).operation === 'replace'),
+      `a compaction committed (${again.done})`,
+    );
   });
 }
 
@@ -283,7 +330,7 @@ describe('iceberg crash cases', () => {
 });
 // Kill cases run a few at a time (children do the crashing; nothing here touches the fault env).
 describe('kill at each point, restart', { concurrency: 3 }, () => {
-  for (const c of CASES.filter((x) => !x.throw)) it(caseName(c), () => crashCase(c));
+  for (const c of CASES.filter((x) => !x.throw)) it(caseName(c), () => (c.maintain ? maintainCase(c) : crashCase(c)));
 });
 // Throw cases arm the fault point in this process: one at a time, after the others.
 describe('throw at a point, the same kernel goes on', { concurrency: 1 }, () => {

@@ -38,7 +38,7 @@ const NAMESPACE = 'analytics';
 const CATALOG_CONFIG = { type: 'jdbc', url: '${HYPSINK_TEST_CATALOG_URL}', name: CATALOG, namespace: NAMESPACE };
 
 /** A workspace: a lake folder, a catalog database, and a hypsink config whose `lake` sink commits through it (or by path). */
-async function setup(opts: { catalog: boolean; url?: string }): Promise<{ config: string; lake: string; table: SqlCatalogTable; dir: string }> {
+async function setup(opts: { catalog: boolean; url?: string; writerConfig?: Json }): Promise<{ config: string; lake: string; table: SqlCatalogTable; dir: string }> {
   const dir = tempDir('hypsink-ice-jdbc-');
   const lake = join(dir, 'lake');
   await fsp.mkdir(lake);
@@ -56,6 +56,7 @@ async function setup(opts: { catalog: boolean; url?: string }): Promise<{ config
     writerConfig: {
       manifestMinCountToMerge: 4,
       ...(opts.catalog ? { catalog: CATALOG_CONFIG } : {}),
+      ...opts.writerConfig,
     },
   };
   return { config: await writeConfig(dir, c), lake, table: { url, catalog: CATALOG, namespace: NAMESPACE, table: 'events' }, dir };
@@ -221,6 +222,28 @@ test('a swap never made (a writer died after writing its metadata file) leaves a
   );
   assert.ok(left.includes(fileURLToPath(kept.current)), "the catalog's current metadata file stays");
   await assertCatalogTable(s.lake, t, range(1, 60));
+  await assertOneHistory(t);
+});
+
+test('maintain --tables compacts through the catalog: hypsink\'s and the SqlCatalog writer\'s small files rewritten as one replace swapped in, one history, every row once, and both writers append after it', { timeout: 120_000 }, async () => {
+  const s = await setup({ catalog: true, writerConfig: { compactMinFiles: 2 } });
+  const t = s.table;
+  // Three units of hypsink's in one partition (web, one day), two appends of the foreign writer's in another.
+  await ingest(s.config, 'web', 1, 60);
+  await exportAll(s.config);
+  await append(t, 'foreign', range(5_000, 5));
+  await append(t, 'foreign', range(5_005, 5));
+  const m = await run(s.config, (k) => k.maintain({ tables: true }));
+  assert.match(m.tables[0]!.done, /5 data file\(s\) in 2 partition\(s\) compacted into 2/, m.tables[0]!.done);
+  const metadata = await assertCatalogTable(s.lake, t, [...range(1, 60), ...range(5_000, 10)]);
+  const current = metadata.snapshots.find((x) => x['snapshot-id'] === metadata['current-snapshot-id'])!;
+  assert.equal((current.summary as Record<string, string>).operation, 'replace', 'the catalog names the replace');
+  await assertOneHistory(t);
+  // Both writers go on from the replace.
+  await append(t, 'foreign', range(5_010, 5));
+  await ingest(s.config, 'web', 61, 10);
+  await exportAll(s.config);
+  await assertCatalogTable(s.lake, t, [...range(1, 70), ...range(5_000, 15)]);
   await assertOneHistory(t);
 });
 

@@ -44,6 +44,8 @@ export const SINKS = ['files', 'lake', 'central', PG_SINK, ICE_SINK] as const;
 export type SinkName = (typeof SINKS)[number];
 const SEQ = '_hyp_ingest_seq';
 
+/** The Iceberg points `maintain --tables` reaches (compaction), not an export. */
+const ICE_MAINTAIN_POINTS = ['iceberg.afterCompactFiles', 'iceberg.afterReplaceCommit'];
 /** The fault points each operation can reach (the receiver's own run in the driver process). */
 const POINTS = Object.keys(FAULT_POINTS);
 const starting = (...prefixes: string[]) => POINTS.filter((p) => prefixes.some((x) => p.startsWith(x)));
@@ -54,9 +56,11 @@ export const POINTS_BY_OP: Record<string, string[]> = {
   'export central': starting('export.'),
   [`export ${PG_SINK}`]: starting('export.', 'postgres.'),
   // The Iceberg writer's own points, and local-fs's under each of its puts (data files, manifests, the metadata version).
-  [`export ${ICE_SINK}`]: starting('export.', 'iceberg.', 'localfs.'),
+  [`export ${ICE_SINK}`]: starting('export.', 'iceberg.', 'localfs.').filter((p) => !ICE_MAINTAIN_POINTS.includes(p)),
   retention: starting('retention.'),
   compact: starting('compact.'),
+  // `maintain --tables` on the ice table: its compaction's points, and local-fs's under its puts. @ref LLP 0078
+  tables: [...ICE_MAINTAIN_POINTS, ...starting('localfs.')],
 };
 
 export type Answer = { ok: boolean; [k: string]: unknown } | { died: string; stderr?: string };
@@ -366,7 +370,8 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
       unit: unit(ICE_SINK),
       config: { dir: o.iceDir ?? 'ice' },
       // Small row groups: a unit's data file has several (the default would make each one).
-      writerConfig: { rowGroupRows: o.rowGroupRows ?? 65_536 },
+      // A partition's data files compact once there are two (LLP 0078): the sim's tables are small.
+      writerConfig: { rowGroupRows: o.rowGroupRows ?? 65_536, compactMinFiles: 2 },
     },
   };
   const config = {

@@ -100,6 +100,8 @@ type SimOp = WorkerOp | { op: 'send'; source: string; n: number };
 const died = (a: Answer) => 'died' in a;
 /** The Iceberg writer's points, from the data files to the version hint. */
 const ICE_POINTS = POINTS_BY_OP[`export ${ICE_SINK}`]!.filter((p) => p.startsWith('iceberg.'));
+/** The Iceberg points of `maintain --tables` (compaction). */
+const ICE_MAINTAIN_POINTS = POINTS_BY_OP.tables!.filter((p) => p.startsWith('iceberg.'));
 const BLOB: readonly ('files' | 'lake')[] = ['files', 'lake'];
 
 class Scenario {
@@ -480,7 +482,8 @@ class Scenario {
       this.note(describe(op));
       a = await this.worker.send(op);
       const mayFail = armed === 'throw' || this.damage !== undefined;
-      if (op.op === 'retention' || op.op === 'compact') this.expect(op.op, a, mayFail);
+      if (op.op === 'retention' || op.op === 'compact' || op.op === 'tables') this.expect(op.op, a, mayFail);
+      if (op.op === 'tables' && 'tables' in a) for (const t of a.tables as { sink: string; done: string }[]) this.note(`sink ${t.sink}: ${t.done}`);
     }
     if (died(a)) this.note('worker died');
     if (armed && !died(a)) await this.worker.send({ op: 'disarm' });
@@ -628,20 +631,28 @@ class Scenario {
     const [first, second] = this.views[0] === here.view ? [here, there] : [there, here];
     for (const source of this.cur.sources) await this.on(first, () => this.ingestFresh(source, this.int(4, 60), this.int(1, 2)));
     await this.on(second, () => this.applyMirror());
+    // Now and then one process runs `maintain --tables` (compaction) while the other exports: a maintainer beside a live writer. @ref LLP 0078
+    const maintainer = this.chance(0.4) ? this.pick([here, there]) : undefined;
     let armed: Side | undefined;
     if (this.armed < 2 && this.chance(0.5)) {
       armed = this.pick([here, there]);
-      const point = this.pick([...ICE_POINTS, 'export.afterShip', 'export.afterIntent']);
-      const action = this.chance(0.25) ? 'throw' : 'kill';
+      const point = armed === maintainer ? this.pick(ICE_MAINTAIN_POINTS) : this.pick([...ICE_POINTS, 'export.afterShip', 'export.afterIntent']);
+      // A maintain that throws fails its run, which the oracle would take for a fault: the maintainer is only killed.
+      const action = armed !== maintainer && this.chance(0.25) ? 'throw' : 'kill';
       const at = this.chance(0.3) ? 2 : 1;
       this.armed++;
       this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''}${action === 'throw' ? ' (throw)' : ''} in cache ${armed.view.name}'s process`);
       await armed.worker.send({ op: 'arm', point, at, action });
     }
-    this.note(`export ${ICE_SINK} in both processes at once`);
-    const answers = await Promise.all([here, there].map((x) => x.worker.send({ op: 'export', sink: ICE_SINK })));
+    this.note(maintainer ? `export ${ICE_SINK} in cache ${(maintainer === here ? there : here).view.name}'s process, maintain --tables in ${maintainer.view.name}'s, at once` : `export ${ICE_SINK} in both processes at once`);
+    const answers = await Promise.all([here, there].map((x) => x.worker.send(x === maintainer ? { op: 'tables' } : { op: 'export', sink: ICE_SINK })));
     [here, there].forEach((x, i) => {
-      if (died(answers[i]!)) this.note(`cache ${x.view.name}'s process died`);
+      const a = answers[i]!;
+      if (died(a)) this.note(`cache ${x.view.name}'s process died`);
+      else if (x === maintainer) {
+        this.expect('tables', a, false);
+        if ('tables' in a) for (const t of a.tables as { sink: string; done: string }[]) this.note(`sink ${t.sink}: ${t.done}`);
+      }
     });
     if (armed && !died(answers[[here, there].indexOf(armed)]!)) await armed.worker.send({ op: 'disarm' });
     // The other cache's checks on its own process (not restarted for them if it died), then its cache is let go.
@@ -657,6 +668,21 @@ class Scenario {
     if (!this.cur.sinks.includes(ICE_SINK) || this.armed >= 1) return undefined;
     const unit = this.cur.opts.unitRowsBySink?.[ICE_SINK] ?? this.cur.opts.unitRows;
     await this.ingestFresh(this.pick(this.cur.sources), this.int(1, 2 * unit), this.int(1, 2));
+    if (this.chance(0.35)) {
+      // The table's maintenance instead, often killed at a compaction point: first an export of more than a unit
+      // of rows, so a partition has small files to compact. @ref LLP 0078
+      await this.ingestFresh(this.pick(this.cur.sources), this.int(unit + 1, 3 * unit), 1);
+      this.note(`export ${ICE_SINK}`);
+      await this.worker.send({ op: 'export', sink: ICE_SINK });
+      // Half the time it runs whole: the next steps write, export and read the compacted table.
+      if (this.chance(0.5)) return { op: 'tables' };
+      const point = this.pick(ICE_MAINTAIN_POINTS);
+      this.armed++;
+      this.episodeArmed = true;
+      this.note(`arm ${point}`);
+      await this.worker.send({ op: 'arm', point, at: 1, action: 'kill' });
+      return { op: 'tables' };
+    }
     const point = this.pick(ICE_POINTS);
     const action = this.chance(0.3) ? 'throw' : 'kill';
     // The data file point is hit after each file and once more after the last: a second hit is often there.
@@ -1077,8 +1103,9 @@ class Scenario {
         : { op: 'retention', hardMaxRows: this.int(3, 40), ackCoupled: false };
       crashP = 0.05;
     } else if (x < 0.72) {
-      op = { op: 'compact' };
-      crashP = 0.05;
+      // Half the time on a scenario with the ice table, its maintenance instead: compaction beside the writers. @ref LLP 0078
+      op = sinks.includes(ICE_SINK) && this.chance(0.5) ? { op: 'tables' } : { op: 'compact' };
+      crashP = op.op === 'tables' ? 0.15 : 0.05;
     } else if (x < 0.77 && sinks.includes('central')) {
       // A burst of backpressure: 429/503 with a usable, zero, garbage or absent Retry-After.
       const left = { n: this.int(1, 4) };

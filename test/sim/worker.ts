@@ -36,6 +36,7 @@ export type WorkerOp =
   | { op: 'export'; sink: string }
   | { op: 'retention'; maxRows?: number; hardMaxRows?: number; ackCoupled?: boolean }
   | { op: 'compact' }
+  | { op: 'tables' }
   | { op: 'flush' }
   | { op: 'status' }
   /** The operator resets a sink (drops its watermarks and destination identity). */
@@ -159,6 +160,9 @@ async function run(m: WorkerOp): Promise<unknown> {
     case 'compact':
       await k!.cache.compact();
       return { ok: true };
+    case 'tables':
+      // maintain --tables: the table sinks' compaction, expiry and orphan cleanup.
+      return { ok: true, tables: (await k!.maintain({ tables: true })).tables };
     case 'flush':
       await k!.flush();
       return { ok: true };

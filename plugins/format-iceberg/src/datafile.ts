@@ -65,7 +65,7 @@ class FileStats {
 
 const isValid = (d: Data, i: number): boolean => d.nullCount === 0 || d.nullBitmap === undefined || ((d.nullBitmap[(d.offset + i) >> 3]! >> ((d.offset + i) & 7)) & 1) === 1;
 
-function compareBytes(a: Uint8Array, b: Uint8Array): number {
+export function compareBytes(a: Uint8Array, b: Uint8Array): number {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) if (a[i] !== b[i]) return a[i]! - b[i]!;
   return a.length - b.length;
@@ -242,8 +242,11 @@ async function* pass(unit: Unit, plan: FilePlan, shape: BatchShape, want: Day | 
   }
 }
 
+/** How a data file is written: the table's schema in its metadata, its columns' encodings, its codec and row groups. */
+export type ParquetPlan = Pick<FilePlan, 'schema' | 'columns' | 'compression' | 'rowGroupRows'>;
+
 /** A Parquet file of `batches`, streamed through parquet-wasm; a source error is rethrown as it was. */
-async function* parquet(batches: AsyncIterable<RecordBatch>, plan: FilePlan): BlobBody {
+export async function* parquet(batches: AsyncIterable<RecordBatch>, plan: ParquetPlan): BlobBody {
   const it = batches[Symbol.asyncIterator]();
   let sourceError: { error: unknown } | undefined;
   const input = new ReadableStream({

@@ -16,8 +16,10 @@ import { HypsinkError, notAPgSslMode, PG_SSL_MODES, parseSinkConfig, pgConnectio
 import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
 import { JdbcCatalog } from './catalog.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
+import { compactTable } from './compact.js';
 import { expireSnapshots, removeOrphans } from './maintain.js';
 import { carryOver, mergeRule } from './merge.js';
+import { summaryOf } from './summary.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
 import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, versionKey, writerTag } from './table.js';
 
@@ -77,6 +79,14 @@ const configSchema = z
     manifestMerge: z.boolean().default(true),
     manifestMinCountToMerge: z.number().int().min(2).default(100),
     manifestTargetBytes: z.number().int().positive().default(8 * 1024 * 1024),
+    /**
+     * `hypsink maintain --tables`: in each partition, data files below `compactTargetBytes` (the table's
+     * write.target-file-size-bytes wins) are rewritten into files of about that size once there are
+     * `compactMinFiles` of them (Iceberg's rewrite_data_files min-input-files), as one `replace` snapshot. @ref LLP 0078
+     */
+    compact: z.boolean().default(true),
+    compactTargetBytes: z.number().int().positive().default(128 * 1024 * 1024),
+    compactMinFiles: z.number().int().min(2).default(5),
     /** Commit through a catalog; without one the table is path-based (its highest `v<N>.metadata.json`). @ref LLP 0077 */
     catalog: catalogSchema.optional(),
   })
@@ -334,7 +344,7 @@ class IcebergWriter {
         'sequence-number': seq,
         'timestamp-ms': now,
         'manifest-list': locate(listKey),
-        summary: { operation: 'append', ...summaryOf(parent, files.length, rows, bytes), [SUMMARY.writer]: want.writer, [SUMMARY.partition]: want.partition, [SUMMARY.since]: want.since, [SUMMARY.until]: want.until, [SUMMARY.digest]: unit.digest },
+        summary: { operation: 'append', ...summaryOf(parent, { addedFiles: files.length, addedRows: rows, addedBytes: bytes, partitions: files.length }), [SUMMARY.writer]: want.writer, [SUMMARY.partition]: want.partition, [SUMMARY.since]: want.since, [SUMMARY.until]: want.until, [SUMMARY.digest]: unit.digest },
         'schema-id': schema['schema-id'],
       };
       const next = nextVersion(table, head, locate, now, {
@@ -430,8 +440,20 @@ class IcebergWriter {
     const done: string[] = [];
     for (const table of new Set(opts.datasets.map((d) => this.tableOf(d)))) {
       const store = this.store(table, destination);
+      // Compaction first: the files it replaces then expire with the snapshots that still read them. @ref LLP 0078
+      const compacted = this.cfg.compact
+        ? await compactTable({
+            store,
+            destination,
+            cfg: { ...this.cfg, compression: CODECS[this.cfg.compression] },
+            signal: opts.signal,
+            fault: (p) => this.build.fault?.(p),
+            snapshotId,
+            partitionFields,
+          })
+        : `table ${table}: compaction off`;
       const expired = await expireSnapshots(store, destination, this.cfg, opts);
-      done.push(`${expired}; ${await removeOrphans(store, destination, this.cfg, opts)}`);
+      done.push(`${compacted}; ${expired}; ${await removeOrphans(store, destination, this.cfg, opts)}`);
     }
     return done.join('; ');
   }
@@ -473,35 +495,6 @@ function once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
   return (async function* () {
     yield bytes;
   })();
-}
-
-/** The spec's summary counts: what this snapshot adds, and the table's totals when the parent has them. */
-function summaryOf(parent: Snapshot | undefined, files: number, rows: number, bytes: number): Record<string, string> {
-  const out: Record<string, string> = {
-    'added-data-files': String(files),
-    'added-records': String(rows),
-    'added-files-size': String(bytes),
-    'changed-partition-count': String(files),
-  };
-  const p = parent?.summary;
-  const total = (k: string, add: number) => {
-    if (p === undefined) return String(add);
-    const v = p[k];
-    return v === undefined ? undefined : String(Number(v) + add);
-  };
-  const totals: [string, number][] = [
-    ['total-data-files', files],
-    ['total-records', rows],
-    ['total-files-size', bytes],
-    ['total-delete-files', 0],
-    ['total-position-deletes', 0],
-    ['total-equality-deletes', 0],
-  ];
-  for (const [k, add] of totals) {
-    const v = total(k, add);
-    if (v !== undefined) out[k] = v;
-  }
-  return out;
 }
 
 export default function activate(ctx: PluginContext): void {

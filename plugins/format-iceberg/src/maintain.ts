@@ -101,7 +101,7 @@ async function unreachable(store: TableStore, version: number, kept: readonly Sn
   };
   const filesOf = async (manifest: string) => {
     const named = `manifest ${manifest}`;
-    return decodeManifest(await store.avro(manifest, named, signal)).entries.map((e) => ({ key: store.keyOf(e.dataFile.filePath, named), named }));
+    return decodeManifest(await store.avro(manifest, named, signal)).entries.map((e) => ({ key: store.keyOf(e.dataFile.filePath, named), named, deleted: e.status === 2 }));
   };
   const liveLists = new Set(kept.map((s) => store.keyOf(s['manifest-list'], where(s))));
   const liveManifests = new Map<string, string>();
@@ -111,7 +111,8 @@ async function unreachable(store: TableStore, version: number, kept: readonly Sn
   const doomed = new Map<string, string>();
   if (deadManifests.size > 0) {
     const liveFiles = new Set<string>();
-    for (const location of liveManifests.values()) for (const f of await filesOf(location)) liveFiles.add(f.key);
+    // A DELETED entry (a compaction's replaced file) is read by no snapshot: it keeps nothing alive. @ref LLP 0078
+    for (const location of liveManifests.values()) for (const f of await filesOf(location)) if (!f.deleted) liveFiles.add(f.key);
     for (const { location } of deadManifests.values()) for (const f of await filesOf(location)) if (!liveFiles.has(f.key)) doomed.set(f.key, f.named);
   }
   for (const [key, { named }] of deadManifests) doomed.set(key, named);

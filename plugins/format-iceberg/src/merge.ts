@@ -98,7 +98,7 @@ export async function carryOver(x: MergeInput): Promise<Merged> {
     if (b.length < 2) continue;
     const entries: ManifestEntry[] = [];
     for (const f of b) {
-      entries.push(...(await carried(x, f)));
+      entries.push(...(await liveEntries(x.store, f, x.listLocation, x.signal)));
       read += 1;
     }
     // Only DELETED entries (a replace's leftovers): nothing is live there, so no manifest takes their place.
@@ -144,16 +144,17 @@ export async function carryOver(x: MergeInput): Promise<Merged> {
  * A parent manifest's live entries as EXISTING, each with the snapshot id and
  * sequence numbers it was committed with: a null one is inherited from the
  * manifest list's entry (the spec's inheritance), then written out, since the
- * merged manifest's own list entry names this commit.
+ * manifest they are written into names another commit. Shared by the merge
+ * and compaction's rewrite of a manifest (LLP 0078).
  */
-async function carried(x: MergeInput, f: ManifestFile): Promise<ManifestEntry[]> {
-  const named = `manifest list ${x.listLocation}`;
-  const { entries } = decodeManifest(await x.store.avro(f.manifestPath, named, x.signal));
+export async function liveEntries(store: TableStore, f: ManifestFile, listLocation: string, signal: AbortSignal): Promise<ManifestEntry[]> {
+  const named = `manifest list ${listLocation}`;
+  const { entries } = decodeManifest(await store.avro(f.manifestPath, named, signal));
   const out: ManifestEntry[] = [];
   for (const e of entries) {
     if (e.status === 2) continue;
-    // Every data file a merged manifest will name must be the table's own, as every manifest's (LLP 0063).
-    x.store.keyOf(e.dataFile.filePath, `manifest ${f.manifestPath}`);
+    // Every data file a rewritten manifest will name must be the table's own, as every manifest's (LLP 0063).
+    store.keyOf(e.dataFile.filePath, `manifest ${f.manifestPath}`);
     out.push({
       status: 0,
       snapshotId: e.snapshotId ?? f.addedSnapshotId,
