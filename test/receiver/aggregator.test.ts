@@ -9,15 +9,13 @@
  * size answers 429 with Retry-After. @ref LLP 0074
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { DuckDBInstance } from '@duckdb/node-api';
-import { type Json, openKernel, writeConfig, BIN, ingest as ingestRows } from '../support/kernel.js';
-import { ingest as post, tempDir } from './helpers.js';
+import { type Json, openKernel, writeConfig, ingest as ingestRows } from '../support/kernel.js';
+import { freePort } from '../support/pg.js';
+import { ingest as post, spawnAggregator as startReceiver, stopChild as stop, tempDir } from './helpers.js';
 
 const EVENTS = {
   columns: [
@@ -32,47 +30,6 @@ const RECEIVED = { ...EVENTS, columns: [...EVENTS.columns, { name: 'hyp_client',
 
 const AGENTS = ['a1', 'a2', 'a3'] as const;
 const tokenOf = (agent: string) => `tok-${agent}-Zq8Lw3Xp7Rk2Vn5`;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
-interface Running {
-  readonly child: ChildProcess;
-  readonly url: string;
-  readonly exited: Promise<number | null>;
-  stderr(): string;
-}
-
-/** `hypsink receiver --config …` as a child process, resolved once it listens. */
-async function startReceiver(args: string[], env: Record<string, string> = {}): Promise<Running> {
-  const child = spawn(process.execPath, [BIN, 'receiver', ...args], {
-    env: { ...process.env, HYPSINK_LOG_LEVEL: 'warn', HYPSINK_TOKEN: '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let err = '';
-  child.stderr!.on('data', (c: Buffer) => {
-    err += c.toString();
-  });
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-  const url = await new Promise<string>((res, rej) => {
-    createInterface({ input: child.stdout! }).on('line', (l) => {
-      const m = /listening on (http:\/\/\S+)/.exec(l);
-      if (m) res(m[1]!);
-    });
-    void exited.then((code) => rej(new Error(`the receiver exited (${code}) before listening:\n${err}`)));
-  });
-  return { child, url, exited, stderr: () => err };
-}
-
-async function stop(r: Running): Promise<void> {
-  if (r.child.exitCode === null && r.child.signalCode === null) r.child.kill('SIGTERM');
-  await r.exited;
-}
 
 async function duck<T>(fn: (sql: (q: string) => Promise<Record<string, unknown>[]>) => Promise<T>): Promise<T> {
   const db = await DuckDBInstance.create(':memory:');

@@ -5,9 +5,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import * as http from 'node:http';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 import { type ReceiverOptions, startReceiver } from '../../fixtures/receiver/server.js';
+import { BIN } from '../support/kernel.js';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export const RECEIVER_MAIN = path.join(REPO, 'fixtures/receiver/main.ts');
@@ -181,4 +183,39 @@ export async function refusesOptions(dataDir: string, bad: [Partial<ReceiverOpti
       return true;
     });
   }
+}
+
+export interface Aggregator {
+  readonly child: ChildProcess;
+  readonly url: string;
+  /** The exit code; null when killed by a signal. */
+  readonly exited: Promise<number | null>;
+  stderr(): string;
+}
+
+/** `hypsink receiver --config …` (the product CLI) as a child process, resolved once it listens. */
+export async function spawnAggregator(args: string[], env: Record<string, string> = {}): Promise<Aggregator> {
+  const child = spawn(process.execPath, [BIN, 'receiver', ...args], {
+    env: { ...process.env, HYPSINK_LOG_LEVEL: 'warn', HYPSINK_TOKEN: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let err = '';
+  child.stderr!.on('data', (c: Buffer) => {
+    err += c.toString();
+  });
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  const url = await new Promise<string>((res, rej) => {
+    createInterface({ input: child.stdout! }).on('line', (l) => {
+      const m = /listening on (http:\/\/\S+)/.exec(l);
+      if (m) res(m[1]!);
+    });
+    void exited.then((code) => rej(new Error(`the receiver exited (${code}) before listening:\n${err}`)));
+  });
+  return { child, url, exited, stderr: () => err };
+}
+
+/** SIGTERM (a graceful stop) unless it already ended; resolves when it has. */
+export async function stopChild(r: { readonly child: ChildProcess; readonly exited: Promise<unknown> }): Promise<void> {
+  if (r.child.exitCode === null && r.child.signalCode === null) r.child.kill('SIGTERM');
+  await r.exited;
 }
