@@ -9,7 +9,6 @@
  * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule), LLP 0058 (the digest)
  */
 import { getRandomValues, randomUUID } from 'node:crypto';
-import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
 import { HypsinkError, parseSinkConfig, unitConflict } from 'hypsink/plugin';
@@ -55,13 +54,6 @@ export type IcebergConfig = z.infer<typeof configSchema>;
 
 /** The sink's `writerConfig`, declared so the host checks it before `create`. @ref LLP 0032 */
 export const ICEBERG_OPTIONS: PluginOptionsSpec = { keys: Object.keys(configSchema.shape), validate: configSchema['~standard'].validate };
-
-const CODECS = {
-  zstd: pw.Compression.ZSTD,
-  snappy: pw.Compression.SNAPPY,
-  gzip: pw.Compression.GZIP,
-  uncompressed: pw.Compression.UNCOMPRESSED,
-} as const;
 
 /** A snapshot id: random, positive, below 2^53 so JSON numbers hold it exactly. */
 function snapshotId(): number {
@@ -235,7 +227,7 @@ class IcebergWriter {
       partitionNames: spec.fields.map((f) => f.name),
       // The digest in the name: a copy of this cache shipping other rows under this label writes other files, never takes these as its own. @ref LLP 0058
       fileStem: `${this.tag}-${want.since}-${want.until}-${unit.digest}`,
-      compression: CODECS[this.cfg.compression],
+      compression: this.cfg.compression,
       rowGroupRows: this.cfg.rowGroupRows,
     };
     const fault = (p: string) => this.build.fault?.(p);
