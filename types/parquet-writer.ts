@@ -1,11 +1,14 @@
 /**
  * A Parquet file of a unit's Arrow batches, for every plugin that writes one
- * (format-parquet's blob, format-iceberg's data files). The encoder, about
- * two thirds of an export's CPU (LLP 0068), runs on a worker thread of its
- * own for a unit of at least `OFF_THREAD_ROWS` rows: the calling thread (the
- * kernel's) reads, hashes and converts the next batches while the worker
- * encodes the ones before, a few batches apart. A smaller unit is encoded on
- * the calling thread, as before: it would gain nothing from the overlap.
+ * (format-parquet's blob, format-iceberg's data files). With
+ * `HYPSINK_PARQUET_THREAD=1` the encoder, about two thirds of an export's CPU
+ * (LLP 0068), runs on a worker thread of its own for a unit of at least
+ * `OFF_THREAD_ROWS` rows: the calling thread (the kernel's) reads, hashes and
+ * converts the next batches while the worker encodes the ones before, a few
+ * batches apart. Off by default: the second wasm instance took the bench's
+ * 1M-row export to 351 MB peak RSS (bound 300), and on a loaded machine no
+ * gain in time was measured. A smaller unit is always encoded on the calling
+ * thread: it would gain nothing from the overlap.
  * Either way a source error (a damaged cache file: HYPSINK_ERR_CORRUPT naming
  * it) is thrown as it was, and a body whose source failed never ends normally.
  * @ref LLP 0079: Parquet encoded off the kernel's thread
@@ -64,7 +67,12 @@ function writerThread(): WorkerThread<ParquetJobRequest, ParquetJobReply> {
  * expects (a unit's planned rows), which picks the thread the encoder runs on.
  */
 export function parquetBody(batches: AsyncIterable<RecordBatch>, plan: ParquetPlan, rows: number): BlobBody {
-  return rows >= OFF_THREAD_ROWS ? offThread(batches, plan) : onThisThread(batches, plan);
+  return onWriterThread(rows) ? offThread(batches, plan) : onThisThread(batches, plan);
+}
+
+/** Whether a file of `rows` rows is encoded on the writer thread (read per file, so a test can turn it on). */
+export function onWriterThread(rows: number): boolean {
+  return process.env.HYPSINK_PARQUET_THREAD === '1' && rows >= OFF_THREAD_ROWS;
 }
 
 async function* onThisThread(batches: AsyncIterable<RecordBatch>, plan: ParquetPlan): BlobBody {

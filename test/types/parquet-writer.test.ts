@@ -1,6 +1,7 @@
 /**
- * The SDK's Parquet writer (`parquetBody`): a file of at least OFF_THREAD_ROWS
- * rows is encoded on the writer thread, a smaller one on the calling thread,
+ * The SDK's Parquet writer (`parquetBody`): with HYPSINK_PARQUET_THREAD=1 a
+ * file of at least OFF_THREAD_ROWS rows is encoded on the writer thread, a
+ * smaller one on the calling thread,
  * and the two give the same bytes; DuckDB and parquet-wasm read every row. A
  * source error in the middle is thrown as it was and the body never ends
  * normally; a reader that stops early closes the source. After either, the
@@ -15,9 +16,12 @@ import { Field, Int64, makeData, RecordBatch, Schema, Struct, tableFromIPC, Utf8
 import * as pw from 'parquet-wasm/node';
 import { HypsinkError } from '../../types/errors.js';
 import { engineBatch } from '../../types/engine-types.js';
-import { OFF_THREAD_ROWS, type ParquetPlan, parquetBody } from '../../types/parquet-writer.js';
+import { OFF_THREAD_ROWS, onWriterThread, type ParquetPlan, parquetBody } from '../../types/parquet-writer.js';
 import type { ColumnSpec } from '../../types/schema.js';
 import { tempDir } from '../support/tmp.js';
+
+// The writer thread is off by default (its memory, LLP 0079): on for this file's large files.
+process.env.HYPSINK_PARQUET_THREAD = '1';
 
 const COLUMNS: ColumnSpec[] = [
   { name: 'id', type: 'INT64', nullable: false },
@@ -58,6 +62,8 @@ async function bytesOf(body: AsyncIterable<Uint8Array>): Promise<Uint8Array> {
 }
 
 test('a large file is written on the writer thread, byte for byte what the calling thread writes, and every reader reads every row', async () => {
+  assert.equal(onWriterThread(ROWS), true);
+  assert.equal(onWriterThread(0), false);
   const threaded = await bytesOf(parquetBody(source(ROWS), PLAN, ROWS));
   const inline = await bytesOf(parquetBody(source(ROWS), PLAN, 0));
   assert.ok(Buffer.from(threaded).equals(Buffer.from(inline)), 'the same file on either thread');

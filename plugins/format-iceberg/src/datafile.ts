@@ -243,7 +243,7 @@ async function* pass(unit: Unit, plan: FilePlan, shape: BatchShape, want: Day | 
 
 /**
  * A Parquet file of `batches`, through the SDK's writer (on its thread for a
- * large unit); a source error is rethrown as it was. @ref LLP 0079
+ * large unit, when it is turned on); a source error is rethrown as it was. @ref LLP 0079
  */
 function parquet(batches: AsyncIterable<RecordBatch>, plan: FilePlan, rows: number): BlobBody {
   const { columns, compression, rowGroupRows } = plan;

@@ -28,7 +28,7 @@ function encode(unit: Unit, compression: Compression, rowGroupRows: number): Blo
   const batches = (async function* () {
     for await (const b of unit.batches()) yield engineBatch(b, columns, { json: true });
   })();
-  // Encoded on the SDK's Parquet writer thread for a large unit. @ref LLP 0079
+  // Encoded on the SDK's Parquet writer thread for a large unit, when it is turned on. @ref LLP 0079
   return withJsonColumns(parquetBody(batches, { columns, compression, rowGroupRows }, unit.plannedRows), json);
 }
 
