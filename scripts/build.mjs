@@ -71,6 +71,7 @@ await build({
     // Beside the chunks that start them (workerEntry resolves a sibling file).
     'flush-worker': `${out}/kernel/flush/flush-worker.js`,
     'parse-worker': `${out}/kernel/ingest/parse-worker.js`,
+    'parquet-worker': `${out}/types/parquet-worker.js`,
     ...Object.fromEntries(builtins.map((n) => [`plugin-${n}`, `${out}/plugins/${n}/src/index.js`])),
   },
   outdir: `${out}/cli`,

@@ -233,7 +233,7 @@ function heldMaintainer(lake: string, table: string) {
     return compactTable({
       store,
       destination: destination as never,
-      cfg: { compactTargetBytes: 1 << 20, compactMinFiles: 2, commitAttempts: 20, compression: pw.Compression.ZSTD, rowGroupRows: 65_536 },
+      cfg: { compactTargetBytes: 1 << 20, compactMinFiles: 2, commitAttempts: 20, compression: 'zstd', rowGroupRows: 65_536 },
       signal: new AbortController().signal,
       fault: () => {},
       snapshotId: () => 7_000_000 + id++,

@@ -22,7 +22,7 @@ import * as pw from 'parquet-wasm/node';
 import type { BlobDestination, ColumnType } from 'hypsink/plugin';
 import { HypsinkError } from 'hypsink/plugin';
 import { type DataFile, decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
-import { compareBytes, parquet } from './datafile.js';
+import { compareBytes, type DataFilePlan, parquet } from './datafile.js';
 import { liveEntries } from './merge.js';
 import type { IcebergSchema, IcebergType, PartitionSpec } from './schema.js';
 import { summaryOf } from './summary.js';
@@ -45,7 +45,7 @@ export function compactRule(m: { properties?: Readonly<Record<string, string>> }
 export interface CompactInput {
   readonly store: TableStore;
   readonly destination: BlobDestination & Required<Pick<BlobDestination, 'get' | 'locate'>>;
-  readonly cfg: { compactTargetBytes: number; compactMinFiles: number; commitAttempts: number; compression: pw.Compression; rowGroupRows: number };
+  readonly cfg: { compactTargetBytes: number; compactMinFiles: number; commitAttempts: number; compression: DataFilePlan['compression']; rowGroupRows: number };
   readonly signal: AbortSignal;
   readonly fault: (point: string) => void;
   /** A fresh snapshot id (the writer's rule). */

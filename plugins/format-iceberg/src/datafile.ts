@@ -10,10 +10,9 @@
  * same reads, for the manifest.
  * @ref LLP 0051
  */
-import { type Data, Field, makeData, type RecordBatch, Table, tableToIPC, Utf8 } from 'apache-arrow';
-import * as pw from 'parquet-wasm/node';
-import type { BlobBody, BlobDestination, ColumnSpec, Unit, UnitGuard } from 'hypsink/plugin';
-import { columnEncodings, engineBatch, HypsinkError } from 'hypsink/plugin';
+import { type Data, Field, makeData, type RecordBatch, Utf8 } from 'apache-arrow';
+import type { BlobBody, BlobDestination, ColumnSpec, ParquetPlan, Unit, UnitGuard } from 'hypsink/plugin';
+import { engineBatch, HypsinkError, parquetBody } from 'hypsink/plugin';
 import type { DataFile } from './avro.js';
 import { type IcebergSchema, type IcebergType, SOURCE_FIELD, SOURCE_FIELD_ID } from './schema.js';
 
@@ -37,7 +36,7 @@ export interface FilePlan {
   readonly partitionNames: readonly string[];
   /** The writer's tag and the unit's range, in every file name. */
   readonly fileStem: string;
-  readonly compression: pw.Compression;
+  readonly compression: ParquetPlan['compression'];
   readonly rowGroupRows: number;
 }
 
@@ -243,43 +242,16 @@ async function* pass(unit: Unit, plan: FilePlan, shape: BatchShape, want: Day | 
 }
 
 /** How a data file is written: the table's schema in its metadata, its columns' encodings, its codec and row groups. */
-export type ParquetPlan = Pick<FilePlan, 'schema' | 'columns' | 'compression' | 'rowGroupRows'>;
+export type DataFilePlan = Pick<FilePlan, 'schema' | 'columns' | 'compression' | 'rowGroupRows'>;
 
-/** A Parquet file of `batches`, streamed through parquet-wasm; a source error is rethrown as it was. */
-export async function* parquet(batches: AsyncIterable<RecordBatch>, plan: ParquetPlan): BlobBody {
-  const it = batches[Symbol.asyncIterator]();
-  let sourceError: { error: unknown } | undefined;
-  const input = new ReadableStream({
-    async pull(ctl) {
-      let next: IteratorResult<RecordBatch>;
-      try {
-        next = await it.next();
-      } catch (e) {
-        sourceError ??= { error: e };
-        throw e;
-      }
-      if (next.done) {
-        ctl.close();
-        return;
-      }
-      for (const rb of pw.Table.fromIPCStream(tableToIPC(new Table(next.value), 'stream')).recordBatches()) ctl.enqueue(rb);
-    },
-    async cancel() {
-      await it.return?.();
-    },
-  });
-  let builder = new pw.WriterPropertiesBuilder()
-    .setCompression(plan.compression)
-    .setMaxRowGroupSize(plan.rowGroupRows)
-    .setKeyValueMetadata(new Map([['iceberg.schema', JSON.stringify(plan.schema)]]));
-  for (const e of columnEncodings(plan.columns)) builder = builder.setColumnDictionaryEnabled(e.column, e.dictionary).setColumnEncoding(e.column, pw.Encoding[e.encoding]);
-  const props = builder.build();
-  try {
-    yield* (await pw.transformParquetStream(input, props)) as unknown as AsyncIterable<Uint8Array>;
-  } catch (e) {
-    throw sourceError ? sourceError.error : e;
-  }
-  if (sourceError) throw sourceError.error;
+/**
+ * A Parquet file of `batches`, through the SDK's writer (on its thread for a
+ * unit of `rows` or more, when that is turned on); a source error is rethrown
+ * as it was. @ref LLP 0079
+ */
+export function parquet(batches: AsyncIterable<RecordBatch>, plan: DataFilePlan, rows = 0): BlobBody {
+  const { columns, compression, rowGroupRows } = plan;
+  return parquetBody(batches, { columns, compression, rowGroupRows, keyValueMetadata: { 'iceberg.schema': JSON.stringify(plan.schema) } }, rows);
 }
 
 /** A day as a partition path names it (Iceberg's `YYYY-MM-DD`, `null` for no timestamp). */
@@ -320,6 +292,7 @@ export async function writeDataFiles(
         if (collect) complete = true;
       })(),
       plan,
+      unit.plannedRows,
     );
     const r = await destination.putIfAbsent(key, reads.guard(body), { contentType: 'application/vnd.apache.parquet', signal: unit.signal });
     return { key, created: r.created, bytes: r.bytes };

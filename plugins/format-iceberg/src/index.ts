@@ -9,7 +9,6 @@
  * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule), LLP 0058 (the digest)
  */
 import { getRandomValues, randomUUID } from 'node:crypto';
-import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
 import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PgConnection, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
 import { HypsinkError, notAPgSslMode, PG_SSL_MODES, parseSinkConfig, pgConnection, unitConflict } from 'hypsink/plugin';
@@ -98,13 +97,6 @@ export const ICEBERG_OPTIONS: PluginOptionsSpec = {
   keys: [...Object.keys(configSchema.shape), ...Object.keys(catalogSchema.shape).map((k) => `catalog.${k}`), 'catalog.ssl.mode', 'catalog.ssl.ca'],
   validate: configSchema['~standard'].validate,
 };
-
-const CODECS = {
-  zstd: pw.Compression.ZSTD,
-  snappy: pw.Compression.SNAPPY,
-  gzip: pw.Compression.GZIP,
-  uncompressed: pw.Compression.UNCOMPRESSED,
-} as const;
 
 /** A snapshot id: random, positive, below 2^53 so JSON numbers hold it exactly. */
 function snapshotId(): number {
@@ -290,7 +282,7 @@ class IcebergWriter {
       partitionNames: spec.fields.map((f) => f.name),
       // The digest in the name: a copy of this cache shipping other rows under this label writes other files, never takes these as its own. @ref LLP 0058
       fileStem: `${this.tag}-${want.since}-${want.until}-${unit.digest}`,
-      compression: CODECS[this.cfg.compression],
+      compression: this.cfg.compression,
       rowGroupRows: this.cfg.rowGroupRows,
     };
     const fault = (p: string) => this.build.fault?.(p);
@@ -445,7 +437,7 @@ class IcebergWriter {
         ? await compactTable({
             store,
             destination,
-            cfg: { ...this.cfg, compression: CODECS[this.cfg.compression] },
+            cfg: this.cfg,
             signal: opts.signal,
             fault: (p) => this.build.fault?.(p),
             snapshotId,

@@ -6,12 +6,13 @@
  * REQUIRED, JSON columns with the JSON logical type (set in the footer).
  * @ref LLP 0069
  */
-import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { z } from 'zod';
-import { columnEncodings, engineBatch, parseSinkConfig, type PluginContext } from 'hypsink/plugin';
+import { engineBatch, parquetBody, parseSinkConfig, type PluginContext } from 'hypsink/plugin';
 import { withJsonColumns } from './footer.js';
-import type { BlobBody, Encoder, PluginOptionsSpec, StoredBlob, Unit } from 'hypsink/plugin';
+import type { BlobBody, Encoder, ParquetPlan, PluginOptionsSpec, StoredBlob, Unit } from 'hypsink/plugin';
+
+type Compression = ParquetPlan['compression'];
 
 const configSchema = z.object({
   compression: z.enum(['zstd', 'snappy', 'gzip', 'uncompressed']).default('zstd'),
@@ -21,57 +22,14 @@ const configSchema = z.object({
 /** The sink's `writerConfig`, declared so the host checks it before `create`. @ref LLP 0032 */
 export const PARQUET_OPTIONS: PluginOptionsSpec = { keys: Object.keys(configSchema.shape), validate: configSchema['~standard'].validate };
 
-const CODECS = {
-  zstd: pw.Compression.ZSTD,
-  snappy: pw.Compression.SNAPPY,
-  gzip: pw.Compression.GZIP,
-  uncompressed: pw.Compression.UNCOMPRESSED,
-} as const;
-
-async function* encode(unit: Unit, compression: pw.Compression, rowGroupRows: number): BlobBody {
+function encode(unit: Unit, compression: Compression, rowGroupRows: number): BlobBody {
   const columns = unit.schema.columns;
   const json = new Set(columns.filter((c) => c.type === 'JSON').map((c) => c.name));
-  yield* withJsonColumns(encodeBatches(unit, compression, rowGroupRows), json);
-}
-
-async function* encodeBatches(unit: Unit, compression: pw.Compression, rowGroupRows: number): BlobBody {
-  const columns = unit.schema.columns;
-  const batches = unit.batches()[Symbol.asyncIterator]();
-  // An error of the rows' source (a damaged cache file: HYPSINK_ERR_CORRUPT naming it) reaches
-  // the wasm writer only as an opaque "Dyn casting error": keep it and rethrow it as it was.
-  let sourceError: { error: unknown } | undefined;
-  const input = new ReadableStream({
-    async pull(ctl) {
-      let next: IteratorResult<RecordBatch>;
-      try {
-        next = await batches.next();
-      } catch (e) {
-        sourceError ??= { error: e };
-        throw e;
-      }
-      if (next.done) {
-        ctl.close();
-        return;
-      }
-      const rows = engineBatch(next.value, columns, { json: true });
-      for (const rb of pw.Table.fromIPCStream(tableToIPC(new Table(rows), 'stream')).recordBatches()) ctl.enqueue(rb);
-    },
-    async cancel() {
-      await batches.return?.();
-    },
-  });
-  let builder = new pw.WriterPropertiesBuilder().setCompression(compression).setMaxRowGroupSize(rowGroupRows);
-  for (const e of columnEncodings(columns)) builder = builder.setColumnDictionaryEnabled(e.column, e.dictionary).setColumnEncoding(e.column, pw.Encoding[e.encoding]);
-  const props = builder.build();
-  try {
-    const output = await pw.transformParquetStream(input, props);
-    yield* output as unknown as AsyncIterable<Uint8Array>;
-  } catch (e) {
-    throw sourceError ? sourceError.error : e;
-  }
-  // The wasm writer may end its output normally after its input failed: a file of the rows
-  // before the failure. Never let that pass as the unit (the kernel checks the count too).
-  if (sourceError) throw sourceError.error;
+  const batches = (async function* () {
+    for await (const b of unit.batches()) yield engineBatch(b, columns, { json: true });
+  })();
+  // Encoded on the SDK's Parquet writer thread for a large unit, when it is turned on. @ref LLP 0079
+  return withJsonColumns(parquetBody(batches, { columns, compression, rowGroupRows }, unit.plannedRows), json);
 }
 
 /**
@@ -131,7 +89,7 @@ export default function activate(ctx: PluginContext): void {
       return {
         extension: 'parquet',
         contentType: 'application/vnd.apache.parquet',
-        encode: (unit) => encode(unit, CODECS[compression], rowGroupRows),
+        encode: (unit) => encode(unit, compression, rowGroupRows),
         countRows,
       };
     },
