@@ -15,21 +15,10 @@ import { test } from 'node:test';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { type Json, openKernel, writeConfig, ingest as ingestRows } from '../support/kernel.js';
 import { freePort } from '../support/pg.js';
-import { ingest as post, spawnAggregator as startReceiver, stopChild as stop, tempDir } from './helpers.js';
+import { AGENT_EVENTS as EVENTS, RECEIVED, ingest as post, spawnAggregator as startReceiver, stopChild as stop, tempDir, tokenOf } from './helpers.js';
 
-const EVENTS = {
-  columns: [
-    { name: 'id', type: 'INT64', nullable: false },
-    { name: 'ts', type: 'TIMESTAMP', nullable: false },
-    { name: 'msg', type: 'STRING', nullable: true },
-  ],
-  timestampColumn: 'ts',
-};
-/** The receiver's dataset: the agents' columns and the client column it sets. */
-const RECEIVED = { ...EVENTS, columns: [...EVENTS.columns, { name: 'hyp_client', type: 'STRING', nullable: false }] };
 
 const AGENTS = ['a1', 'a2', 'a3'] as const;
-const tokenOf = (agent: string) => `tok-${agent}-Zq8Lw3Xp7Rk2Vn5`;
 
 async function duck<T>(fn: (sql: (q: string) => Promise<Record<string, unknown>[]>) => Promise<T>): Promise<T> {
   const db = await DuckDBInstance.create(':memory:');

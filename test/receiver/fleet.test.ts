@@ -19,26 +19,16 @@ import { type ConditionalS3, readIcebergTable, s3Route, startConditionalS3 } fro
 import { BIN, type Json, ingest as ingestRows, openKernel, writeConfig } from '../support/kernel.js';
 import { freePort, testPg } from '../support/pg.js';
 import { useS3rverCredentials } from '../support/s3server.js';
-import { type Aggregator, spawnAggregator, stopChild, tempDir } from './helpers.js';
+import { AGENT_EVENTS as EVENTS, type Aggregator, RECEIVED, spawnAggregator, stopChild, tempDir, tokenOf } from './helpers.js';
 
 useS3rverCredentials();
 
-const EVENTS = {
-  columns: [
-    { name: 'id', type: 'INT64', nullable: false },
-    { name: 'ts', type: 'TIMESTAMP', nullable: false },
-    { name: 'msg', type: 'STRING', nullable: true },
-  ],
-  timestampColumn: 'ts',
-};
-const RECEIVED = { ...EVENTS, columns: [...EVENTS.columns, { name: 'hyp_client', type: 'STRING', nullable: false }] };
 
 const AGENTS = Array.from({ length: 20 }, (_, i) => `a${String(i + 1).padStart(2, '0')}`);
 /** These run as `hypsink export` processes, so they can be SIGKILLed. */
 const PROCESS_AGENTS = new Set(AGENTS.slice(-2));
 const ROWS = 12; // per source; two sources per agent
 const base = (i: number) => (i + 1) * 1000;
-const tokenOf = (agent: string) => `tok-${agent}-Zq8Lw3Xp7Rk2Vn5`;
 const envOf = (agent: string) => `FLEET_${agent.toUpperCase()}_TOKEN`;
 
 /** The agent a row id came from, and the source it was sent under. */
@@ -70,6 +60,8 @@ test('twenty agents through one aggregator into Iceberg on S3 and PostgreSQL: ev
     for (const { k } of kernels.values()) await k.close();
     await s3?.stop();
     await cleanup();
+    // The shared server, or this test process never ends.
+    await (await testPg()).stop();
   });
   // S3 as AWS's is: one of two creates of a key wins (If-None-Match), which the table's commits rely on.
   s3 = await startConditionalS3({ buckets: ['lake'] });

@@ -219,3 +219,17 @@ export async function stopChild(r: { readonly child: ChildProcess; readonly exit
   if (r.child.exitCode === null && r.child.signalCode === null) r.child.kill('SIGTERM');
   await r.exited;
 }
+
+/** What the aggregator tests' agents cache and send. */
+export const AGENT_EVENTS = {
+  columns: [
+    { name: 'id', type: 'INT64', nullable: false },
+    { name: 'ts', type: 'TIMESTAMP', nullable: false },
+    { name: 'msg', type: 'STRING', nullable: true },
+  ],
+  timestampColumn: 'ts',
+};
+/** The aggregator's dataset: the agents' columns and the client column it sets. */
+export const RECEIVED = { ...AGENT_EVENTS, columns: [...AGENT_EVENTS.columns, { name: 'hyp_client', type: 'STRING', nullable: false }] };
+/** An agent's token, as its line in the aggregator's tokens file names it. */
+export const tokenOf = (agent: string) => `tok-${agent}-Zq8Lw3Xp7Rk2Vn5`;
