@@ -19,7 +19,7 @@ import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3
 import { decodeManifestList } from '../../plugins/format-iceberg/src/avro.js';
 import { locationKey } from '../../plugins/format-iceberg/src/table.js';
 import { isHypsinkError } from '../../types/index.js';
-import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { eventLines, ingestText, type Json, sampleConfig, writeConfig, withKernel as run } from '../support/kernel.js';
 import { rewriteManifest, rewriteManifestList, startConditionalS3 } from '../support/iceberg.js';
 import { throwingAt } from '../support/fault.js';
 import { localFs } from '../support/local-fs.js';
@@ -81,15 +81,6 @@ async function setup(s3Prefix?: string): Promise<Setup> {
     outside,
     victim: join(outside, 'victim.txt'),
   };
-}
-
-async function run<T>(config: string, fn: (k: Awaited<ReturnType<typeof openKernel>>['k']) => Promise<T>): Promise<T> {
-  const { k } = await openKernel(config);
-  try {
-    return await fn(k);
-  } finally {
-    await k.close();
-  }
 }
 
 /** Ingest and export; the partitions' errors (null for none). */

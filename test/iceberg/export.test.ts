@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { S3Client } from '@aws-sdk/client-s3';
 import { parquetMetadata } from 'hyparquet';
-import { eventLines, FIXTURE_PLUGINS, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { eventLines, FIXTURE_PLUGINS, ingestText, type Json, openKernel, sampleConfig, writeConfig, withKernel as run } from '../support/kernel.js';
 import { avroFilesOf, avroFilesOfS3, checkAvroFiles, fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
 import { throwingAt } from '../support/fault.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
@@ -52,15 +52,6 @@ async function setup(opts: { s3Prefix?: string; writerConfig?: Json; extra?: (c:
   };
   opts.extra?.(c);
   return { dir, config: await writeConfig(dir, c), table: join(dir, 'lake', 'events') };
-}
-
-async function run<T>(config: string, fn: (k: Awaited<ReturnType<typeof openKernel>>['k']) => Promise<T>): Promise<T> {
-  const { k } = await openKernel(config);
-  try {
-    return await fn(k);
-  } finally {
-    await k.close();
-  }
 }
 
 async function ingestAndExport(config: string, source: string, from: number, n: number, extra?: (id: number) => Json): Promise<void> {

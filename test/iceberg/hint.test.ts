@@ -17,7 +17,7 @@ import { TableStore } from '../../plugins/format-iceberg/src/table.js';
 import type { BlobDestination } from '../../types/index.js';
 import { anyOf, type FaultRule } from '../support/fault-proxy.js';
 import { fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
-import { eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { eventLines, ingestText, type Json, sampleConfig, writeConfig, withKernel as run } from '../support/kernel.js';
 import { localFs } from '../support/local-fs.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
@@ -46,15 +46,6 @@ async function writer(opts: { lake?: string; s3Prefix?: string; writerConfig?: J
     ...(opts.writerConfig ? { writerConfig: opts.writerConfig } : {}),
   };
   return writeConfig(dir, c);
-}
-
-async function run<T>(config: string, fn: (k: Awaited<ReturnType<typeof openKernel>>['k']) => Promise<T>): Promise<T> {
-  const { k } = await openKernel(config);
-  try {
-    return await fn(k);
-  } finally {
-    await k.close();
-  }
 }
 
 async function ingestAndExport(config: string, source: string, from: number, n: number): Promise<void> {

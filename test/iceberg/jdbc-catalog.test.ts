@@ -21,7 +21,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { fileRoute, readIcebergTable, serveDir } from '../support/iceberg.js';
-import { cli, eventLines, ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { cli, type Json, sampleConfig, writeConfig, withKernel as run, ingestEvents as ingest, exportLake as exportAll } from '../support/kernel.js';
 import { freePort, type TestPg, testPg } from '../support/pg.js';
 import { append, metadataLocation, prepareAppend, type SqlCatalogTable } from '../support/sql-catalog.js';
 import { tempDir } from '../support/tmp.js';
@@ -60,29 +60,6 @@ async function setup(opts: { catalog: boolean; url?: string; writerConfig?: Json
     },
   };
   return { config: await writeConfig(dir, c), lake, table: { url, catalog: CATALOG, namespace: NAMESPACE, table: 'events' }, dir };
-}
-
-async function run<T>(config: string, fn: (k: Awaited<ReturnType<typeof openKernel>>['k']) => Promise<T>): Promise<T> {
-  const { k } = await openKernel(config);
-  try {
-    return await fn(k);
-  } finally {
-    await k.close();
-  }
-}
-
-async function ingest(config: string, source: string, from: number, n: number): Promise<void> {
-  await run(config, async (k) => {
-    const r = await ingestText(k, source, eventLines(from, n));
-    assert.equal(r.rejected, 0, JSON.stringify(r));
-  });
-}
-
-async function exportAll(config: string): Promise<void> {
-  await run(config, async (k) => {
-    const e = await k.export('lake');
-    for (const p of e[0]!.partitions) assert.equal(p.error, null, JSON.stringify(p.error));
-  });
 }
 
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { decodeManifest, decodeManifestList } from '../../plugins/format-iceberg/src/avro.js';
 import { throwingAt } from '../support/fault.js';
 import { fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
-import { eventLines, ingestText, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
+import { sampleConfig, writeConfig, withKernel as run, ingestEvents as ingest, exportLake as exportAll } from '../support/kernel.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
 
@@ -44,29 +44,6 @@ async function writer(lake: string): Promise<string> {
     : { destination: '@hypsink/local-fs', config: { dir: lake } };
   c.sinks.lake = { writer: '@hypsink/format-iceberg', ...where, datasets: ['events'], unit: { maxRows: 5 }, writerConfig: { commitAttempts: 200 } };
   return writeConfig(dir, c);
-}
-
-async function run<T>(config: string, fn: (k: Awaited<ReturnType<typeof openKernel>>['k']) => Promise<T>): Promise<T> {
-  const { k } = await openKernel(config);
-  try {
-    return await fn(k);
-  } finally {
-    await k.close();
-  }
-}
-
-async function ingest(config: string, source: string, from: number, n: number): Promise<void> {
-  await run(config, async (k) => {
-    const r = await ingestText(k, source, eventLines(from, n));
-    assert.equal(r.rejected, 0, JSON.stringify(r));
-  });
-}
-
-async function exportAll(config: string): Promise<void> {
-  await run(config, async (k) => {
-    const e = await k.export('lake');
-    for (const p of e[0]!.partitions) assert.equal(p.error, null, JSON.stringify(p.error));
-  });
 }
 
 /** Every file under `dir`, as paths relative to it. */

@@ -306,3 +306,29 @@ export function unitRange(name: string): { since: number; until: number } {
   assert.ok(m, `blob name ${name} is <dataset>.<since>-<until>.<ext>`);
   return { since: Number(m[1]), until: Number(m[2]) };
 }
+
+/** Open the kernel of `config`, run `fn`, close it whatever happens. */
+export async function withKernel<T>(config: string, fn: (k: Hypsink) => Promise<T>): Promise<T> {
+  const { k } = await openKernel(config);
+  try {
+    return await fn(k);
+  } finally {
+    await k.close();
+  }
+}
+
+/** `eventLines(from, n)` ingested under `source` through the kernel of `config`; every row accepted. */
+export async function ingestEvents(config: string, source: string, from: number, n: number): Promise<void> {
+  await withKernel(config, async (k) => {
+    const r = await ingestText(k, source, eventLines(from, n));
+    assert.equal(r.rejected, 0, JSON.stringify(r));
+  });
+}
+
+/** One export of sink `lake` through the kernel of `config`; no partition failed. */
+export async function exportLake(config: string): Promise<void> {
+  await withKernel(config, async (k) => {
+    const e = await k.export('lake');
+    for (const p of e[0]!.partitions) assert.equal(p.error, null, JSON.stringify(p.error));
+  });
+}
