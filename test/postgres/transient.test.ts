@@ -18,9 +18,10 @@ import pg from 'pg';
 import { loadConfig } from '../../kernel/config/load.js';
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink } from '../../kernel/runtime.js';
-import { eventLines, ingestText, type Json, partitionStatus, range } from '../support/kernel.js';
+import { cli, eventLines, ingestText, type Json, partitionStatus, range, writeConfig } from '../support/kernel.js';
+import { SinkState } from '../../kernel/sinks/states.js';
 import { freePort, testPg } from '../support/pg.js';
-import { type PgWorkspace, pgWorkspace } from './helpers.js';
+import { pgConfig, type PgWorkspace, pgWorkspace } from './helpers.js';
 
 after(async () => (await testPg()).stop());
 
@@ -143,4 +144,46 @@ test('a deadlock the server breaks by aborting the sink: retried, and the unit c
     await other.end();
     await k.close();
   }
+});
+
+/** The intent and the next unit of each watermark of the sink: what a changed destination is judged by. @ref LLP 0070 */
+async function planned(w: PgWorkspace): Promise<unknown[]> {
+  const stateDir = (await loadConfig(w.config)).stateDir;
+  return (await SinkState.of(stateDir, 'warehouse').watermarks.list()).map((x) => [x.record.intent, x.record.next ?? null]);
+}
+
+test('a mistyped url (nothing listens there) corrected in the config: its unit was withdrawn, and the right server gets every row once (issue 28)', async () => {
+  const port = await freePort();
+  const w = await pgWorkspace({ url: `postgres://postgres:pw@127.0.0.1:${port}/db`, sink: { retry: { attempts: 2, baseMs: 1, maxMs: 1 } } });
+  const { k } = await openWith(w);
+  try {
+    await ingestText(k, 'h', eventLines(1, 3));
+    const [t] = await k.export('warehouse');
+    assert.equal(t!.partitions[0]!.error?.code, 'HYPSINK_ERR_RETRYABLE');
+  } finally {
+    await k.close();
+  }
+  assert.deepEqual(await planned(w), [[null, null]], 'nothing of the unit was sent: it is withdrawn');
+  const right = await (await testPg()).database('pgsink');
+  await writeConfig(w.dir, pgConfig(right));
+  const r = await cli('export', '--config', w.config);
+  assert.equal(r.code, 0, `the corrected url is not refused as a moved destination: ${r.err}`);
+  const rows = (await (await testPg()).query('SELECT id FROM events ORDER BY id', [], right)).rows;
+  assert.deepEqual(rows.map((x) => Number(x.id)), range(1, 3));
+});
+
+test('a unit that reached the server and failed there stays planned: its destination stays locked (LLP 0070)', async () => {
+  const w = await exportedOnce({ statementTimeoutMs: 200, retry: { attempts: 1, baseMs: 1, maxMs: 1 } });
+  const lock = await adminSession(w.url);
+  await lock.query('LOCK TABLE events IN SHARE MODE');
+  const { k } = await openWith(w);
+  try {
+    const [t] = await k.export('warehouse');
+    assert.match(String(t!.partitions[0]!.error?.message), /statement timeout/);
+  } finally {
+    await k.close();
+    await lock.query('ROLLBACK').then(() => lock.end());
+  }
+  const [[intent]] = (await planned(w)) as [[unknown]];
+  assert.notEqual(intent, null, 'a connection was made: the unit may have reached the table, so it is not withdrawn');
 });

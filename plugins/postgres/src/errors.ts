@@ -125,11 +125,13 @@ function refusedObject(msg: string, s: FaultScope): { what: string; grant: strin
  * The error the sink throws for a fault that is not retried (or no longer). A
  * second connection's fault (sslmode allow, prefer) says why the first failed. @ref LLP 0064
  */
-export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attempts?: number): HypsinkError {
+export function toHypsinkError(e: unknown, s: FaultScope, kind: FaultKind, attempts?: number, unsent = false): HypsinkError {
   const made = fromFault(e, s, kind, attempts);
   const earlier = (e as { earlier?: unknown } | null)?.earlier;
-  if (made === e || typeof earlier !== 'string') return made;
-  return new HypsinkError(made.code, `${made.message} (${s.redact.text(earlier)})`, { cause: made.cause, hint: made.hint, retryable: made.retryable, retryAfterMs: made.retryAfterMs });
+  if (made === e || (typeof earlier !== 'string' && !unsent)) return made;
+  const message = typeof earlier === 'string' ? `${made.message} (${s.redact.text(earlier)})` : made.message;
+  // `unsent`: every try failed before a connection existed, so the unit may be withdrawn. @ref LLP 0070
+  return new HypsinkError(made.code, message, { cause: made.cause, hint: made.hint, retryable: made.retryable, retryAfterMs: made.retryAfterMs, unsent });
 }
 
 function fromFault(e: unknown, s: FaultScope, kind: FaultKind, attempts?: number): HypsinkError {

@@ -29,7 +29,7 @@ import type {
   UnitLimits,
   UnitShipper,
 } from 'hypsink/plugin';
-import { HypsinkError, unitConflict } from 'hypsink/plugin';
+import { HypsinkError, neverConnected, unitConflict } from 'hypsink/plugin';
 import pg from 'pg';
 import copyStreams from 'pg-copy-streams';
 import { type Connection, connection, type PostgresConfig } from './config.js';
@@ -216,15 +216,18 @@ export class PostgresShipper implements UnitShipper {
 
   async ship(unit: Unit): Promise<ShipResult> {
     const budget = this.cfg.retry;
+    // Whether any try got a connection: until one does, nothing of the unit can be at the server. @ref LLP 0070
+    let reached = false;
     for (let attempt = 1; ; attempt++) {
       if (unit.signal.aborted || this.closer.signal.aborted) throw this.aborted(unit);
       try {
         return await this.attempt(unit);
       } catch (e) {
+        if (!neverConnected(e)) reached = true;
         const kind = classify(e);
-        if (e instanceof HypsinkError || kind !== 'retry') throw toHypsinkError(e, this.scope(unit.partition.dataset), kind);
+        if (e instanceof HypsinkError || kind !== 'retry') throw toHypsinkError(e, this.scope(unit.partition.dataset), kind, undefined, !reached);
         if (unit.signal.aborted || this.closer.signal.aborted) throw this.aborted(unit);
-        if (attempt >= budget.attempts) throw toHypsinkError(e, this.scope(unit.partition.dataset), 'retry', attempt);
+        if (attempt >= budget.attempts) throw toHypsinkError(e, this.scope(unit.partition.dataset), 'retry', attempt, !reached);
         const wait = Math.round(Math.min(budget.maxMs, budget.baseMs * 2 ** (attempt - 1)) * (0.5 + Math.random() / 2));
         this.ctx.log.warn(
           { sink: this.ctx.sink, dataset: unit.partition.dataset, source: unit.partition.source, unit: unit.id, attempt, waitMs: wait, error: this.redact.text((e as Error).message ?? String(e)) },
