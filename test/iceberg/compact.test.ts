@@ -22,6 +22,7 @@ import { tableFromIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { decodeManifest, decodeManifestList } from '../../plugins/format-iceberg/src/avro.js';
 import { compactTable } from '../../plugins/format-iceberg/src/compact.js';
+import { expireSnapshots } from '../../plugins/format-iceberg/src/maintain.js';
 import { TableStore } from '../../plugins/format-iceberg/src/table.js';
 import type { BlobDestination } from '../../types/index.js';
 import { avroFilesOf, checkAvroFiles, fileRoute, readIcebergTable, serveDir } from '../support/iceberg.js';
@@ -374,5 +375,98 @@ test('replaced files expire like any other: once the snapshots that read them ar
   } finally {
     await k.close();
     await expirer.close();
+  }
+});
+
+/** The real local-fs destination, its first read of a manifest list held at `gate` (after `arrived()`). */
+function heldListRead(inner: BlobDestination, arrived: () => void, gate: Promise<void>): BlobDestination {
+  let once = false;
+  return {
+    ...inner,
+    describe: inner.describe.bind(inner),
+    close: inner.close.bind(inner),
+    locate: inner.locate!.bind(inner),
+    list: inner.list!.bind(inner),
+    remove: inner.remove!.bind(inner),
+    replace: inner.replace!.bind(inner),
+    putIfAbsent: inner.putIfAbsent.bind(inner),
+    async get(key, opts) {
+      if (!once && /\/metadata\/snap-[^/]*\.avro$/.test(key)) {
+        once = true;
+        arrived();
+        await gate;
+      }
+      return inner.get!(key, opts);
+    },
+  };
+}
+
+/** A maintainer run (`run(store, destination)`) over the real local-fs, held at its first manifest list read; `there` once it is. */
+function heldReader<T>(lake: string, run: (store: TableStore, destination: BlobDestination) => Promise<T>) {
+  let release!: () => void;
+  let arrived!: () => void;
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
+  const there = new Promise<void>((r) => {
+    arrived = r;
+  });
+  const destination = heldListRead(localFs(lake), arrived, gate);
+  const done = run(new TableStore('events', destination, 'lake', log as never), destination);
+  done.catch(() => undefined);
+  return { done, there, release };
+}
+
+test('a maintainer reading a table whose files another maintainer expires meanwhile re-bases (expiry) or stops (compaction), never calls the table damaged; every row once', { timeout: 300_000 }, async () => {
+  const lake = tempDir('hypsink-ice-expire-race-');
+  const { k } = await openKernel(await member(lake));
+  const { k: other } = await openKernel(await member(lake, { maxSnapshotAgeMs: 1, compact: false }));
+  const all: number[] = [];
+  let next = 0;
+  const round = async () => {
+    const ids = Array.from({ length: 4 }, () => next++);
+    all.push(...ids);
+    await ingest(k, 'web', ids);
+    await exportAll(k);
+  };
+  try {
+    for (let i = 0; i < 4; i++) await round();
+    const cfg = { maxSnapshotAgeMs: 1, minSnapshotsToKeep: 1, commitAttempts: 20 };
+    // Expiry: A reads the snapshots' manifest lists of its head while B expires (and removes) three of them.
+    const a = heldReader(lake, (store, destination) => expireSnapshots(store, destination, cfg as never, { signal: new AbortController().signal, now: Date.now() }));
+    await a.there;
+    await round();
+    assert.match((await other.maintain({ tables: true })).tables!.map((t) => t.done).join(' | '), /snapshot\(s\) expired/);
+    a.release();
+    // Re-based on B's version, A finds B's work done.
+    assert.match(await a.done, /none expired/);
+    // Compaction: A reads its head's current snapshot while a writer commits over it and B expires that snapshot.
+    const c = heldReader(lake, (store, destination) =>
+      compactTable({
+        store,
+        destination: destination as never,
+        cfg: { compactTargetBytes: 1 << 20, compactMinFiles: 2, commitAttempts: 20, compression: 'zstd', rowGroupRows: 65_536 },
+        signal: new AbortController().signal,
+        fault: () => {},
+        snapshotId: () => 8_000_000 + next,
+        partitionFields: (spec) => spec.fields.map((f) => ({ name: f.name, fieldId: f['field-id'], type: f.transform === 'day' ? 'int' : 'string' })),
+      }),
+    );
+    await c.there;
+    await round();
+    assert.match((await other.maintain({ tables: true })).tables!.map((t) => t.done).join(' | '), /snapshot\(s\) expired/);
+    c.release();
+    assert.match(await c.done, /another maintainer expired files this run was reading; nothing compacted, run maintain again/);
+    await assertRows(lake, all, 'after the races');
+    // Real damage stays damage: the head's own manifest list removed, the writer's next commit says so.
+    const table = join(lake, 'events');
+    const head = headOf(table);
+    await fsp.rm(fileURLToPath(head.snapshots.find((s) => s['snapshot-id'] === head['current-snapshot-id'])!['manifest-list']));
+    await ingest(k, 'web', [next++]);
+    const [p] = (await k.export('lake'))[0]!.partitions;
+    assert.match(String(p?.error?.message), /is not there; the table is damaged: restore it/);
+  } finally {
+    await k.close();
+    await other.close();
   }
 });

@@ -74,6 +74,16 @@ async function liveOf(store: TableStore, head: Head, spec: PartitionSpec, signal
   return { parent, manifests };
 }
 
+/** `liveOf`, or 'moved' when a file it read was removed by a newer version's expiry meanwhile: a lost race, not damage. @ref LLP 0078 */
+async function liveAt(store: TableStore, head: Head, spec: PartitionSpec, signal: AbortSignal): Promise<Live | null | 'moved'> {
+  try {
+    return await liveOf(store, head, spec, signal);
+  } catch (e) {
+    if (await store.movedPast(e, head.version, signal)) return 'moved';
+    throw e;
+  }
+}
+
 /** One rewritten file: its inputs (live entries of one partition) and, once written, the file. */
 interface Rewrite {
   readonly inputs: readonly ManifestEntry[];
@@ -260,7 +270,8 @@ export async function compactTable(x: CompactInput): Promise<string> {
   const spec = currentSpec(first.metadata);
   const schema = currentSchema(first.metadata);
   const rule = compactRule(first.metadata, x.cfg);
-  const planned = await liveOf(store, first, spec, signal);
+  const planned = await liveAt(store, first, spec, signal);
+  if (planned === 'moved') return `${where}: another maintainer expired files this run was reading; nothing compacted, run maintain again`;
   const rewrites = planned === null ? [] : plan(store, planned, rule);
   if (rewrites.length === 0) return `${where}: no partition has ${rule.minFiles} data files below ${rule.targetBytes} bytes, nothing compacted`;
 
@@ -296,8 +307,12 @@ export async function compactTable(x: CompactInput): Promise<string> {
         return `${where}: compacted (snapshot ${mine['snapshot-id']})`;
       }
       if (currentSpec(head.metadata)['spec-id'] !== spec['spec-id']) return `${where}: its partition spec changed during compaction; nothing compacted, run maintain again`;
-      const l = await liveOf(store, head, spec, signal);
+      const l = await liveAt(store, head, spec, signal);
       if (l === null) return `${where}: its current snapshot is gone; nothing compacted`;
+      if (l === 'moved') {
+        if (attempt + 1 >= x.cfg.commitAttempts) return `${where}: the table moved on under every compaction commit (${attempt + 1} in a row); nothing compacted, run maintain again`;
+        continue;
+      }
       live = l;
     }
     // The conflict rule: only rewrites whose every input is live in the snapshot this commit replaces.

@@ -17,7 +17,7 @@ import { JdbcCatalog } from './catalog.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
 import { compactTable } from './compact.js';
 import { expireSnapshots, removeOrphans } from './maintain.js';
-import { carryOver, mergeRule } from './merge.js';
+import { carryOver, type Merged, mergeRule } from './merge.js';
 import { summaryOf } from './summary.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
 import { currentSchema, currentSnapshot, currentSpec, type Head, markOf, newTable, nextVersion, SUMMARY, type Snapshot, TableStore, type UnitMark, versionKey, writerTag } from './table.js';
@@ -319,11 +319,20 @@ class IcebergWriter {
       const id = snapshotId();
       const seq = m['last-sequence-number'] + 1;
       const parent = currentSnapshot(m);
-      const base = parent ? await this.manifestsOf(store, head, parent, unit.signal) : [];
-      // The parent's small manifests merged once enough have gathered: what a commit reads and writes stays bounded. @ref LLP 0072
-      const carried = parent
-        ? await carryOver({ store, destination, rule: mergeRule(m, this.cfg), base, listLocation: parent['manifest-list'], schema: currentSchema(m), spec, fields, snapshotId: id, sequenceNumber: seq, signal: unit.signal })
-        : { manifests: [], read: 0 };
+      let carried: Pick<Merged, 'manifests' | 'read'>;
+      try {
+        const base = parent ? await this.manifestsOf(store, head, parent, unit.signal) : [];
+        // The parent's small manifests merged once enough have gathered: what a commit reads and writes stays bounded. @ref LLP 0072
+        carried = parent
+          ? await carryOver({ store, destination, rule: mergeRule(m, this.cfg), base, listLocation: parent['manifest-list'], schema: currentSchema(m), spec, fields, snapshotId: id, sequenceNumber: seq, signal: unit.signal })
+          : { manifests: [], read: 0 };
+      } catch (e) {
+        // A maintainer expired the parent's files after a newer commit: lost to that commit, re-based. @ref LLP 0078
+        if (!(await store.movedPast(e, head.version, unit.signal))) throw e;
+        if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
+        await store.backoff(attempt, unit.signal);
+        continue;
+      }
       const mine = manifestFileOf({ manifestPath: locate(manifestKey), manifestLength: manifest.length, specId: spec['spec-id'], snapshotId: id, sequenceNumber: seq, partitionFields: fields, entries });
       const list = encodeManifestList({ snapshotId: id, parentSnapshotId: parent ? parent['snapshot-id'] : null, sequenceNumber: seq, manifests: [...carried.manifests, mine] });
       const listKey = `${table}/metadata/snap-${id}-${attempt + 1}-${randomUUID()}.avro`;

@@ -58,7 +58,15 @@ export async function expireSnapshots(
     if (expired.length === 0) return `table ${store.tableKey}: ${m.snapshots.length} snapshot(s), none expired`;
     const kept = m.snapshots.filter((s) => keep.has(s['snapshot-id']));
     // Read, and checked against the table, before the commit: a refusal leaves the table as it was.
-    const doomed = await unreachable(store, head.version, kept, expired, signal);
+    let doomed: Map<string, string>;
+    try {
+      doomed = await unreachable(store, head.version, kept, expired, signal);
+    } catch (e) {
+      // Another maintainer expired files of this version meanwhile: re-based, as after a lost commit. @ref LLP 0078
+      if (!(await store.movedPast(e, head.version, signal))) throw e;
+      if (attempt + 1 >= cfg.commitAttempts) return `table ${store.tableKey}: the table moved on under every expiry (${attempt + 1} in a row); run maintain again`;
+      continue;
+    }
     const next = nextVersion(store.tableKey, head, (k) => destination.locate!(k), Date.now(), {
       snapshots: kept,
       'snapshot-log': m['snapshot-log'].filter((e) => keep.has(e['snapshot-id'])),

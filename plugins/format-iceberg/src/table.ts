@@ -393,8 +393,21 @@ export class TableStore {
     const bytes = await this.destination.get!(key, { signal }).catch((e: unknown) => {
       throw namedIn(e, namedBy);
     });
-    if (bytes === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${this.sink}": ${location}, which ${namedBy} names, is not there; the table is damaged: restore it`);
+    if (bytes === null) throw new MissingFile(`sink "${this.sink}": ${location}, which ${namedBy} names, is not there; the table is damaged: restore it`);
     return bytes;
+  }
+
+  /**
+   * Whether `e`, thrown by reads of files that `version` names, is a lost race
+   * rather than damage: a file of that version not there while the table has
+   * moved past it. A newer version's expiry removes files only older versions
+   * name, so the reader re-bases on the head as after a lost commit; a file
+   * the head still names stays damage, found again there. @ref LLP 0078
+   */
+  async movedPast(e: unknown, version: number, signal: AbortSignal): Promise<boolean> {
+    if (!(e instanceof MissingFile)) return false;
+    const head = await this.head(signal);
+    return head !== null && head.version > version;
   }
 
   /** Wait before the next attempt after a lost race: bounded, jittered so racing writers spread out. */
@@ -403,6 +416,13 @@ export class TableStore {
     this.log.debug({ sink: this.sink, attempt, ms: Math.round(ms) }, 'iceberg: another writer committed first; re-basing');
     // Its listener leaves the unit's signal when the wait ends: a unit may lose many races. @ref LLP 0069
     await sleep(ms, signal, () => new HypsinkError('HYPSINK_ERR_ABORTED', `sink "${this.sink}": table commit aborted by shutdown`));
+  }
+}
+
+/** A file a version of the table names is not there: damage, unless the table moved past that version (`movedPast`). */
+export class MissingFile extends HypsinkError {
+  constructor(message: string) {
+    super('HYPSINK_ERR_DESTINATION', message);
   }
 }
 
