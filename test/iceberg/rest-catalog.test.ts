@@ -324,3 +324,13 @@ test("the test server answers as the spec's examples show: the error model, a 40
   assert.match(String(ok.json['metadata-location']), /\/metadata\/00001-[0-9a-f-]+\.metadata\.json$/);
   assert.deepEqual((ok.json.metadata as Json)['metadata-log'], [{ 'timestamp-ms': (created.json.metadata as Json)['last-updated-ms'], 'metadata-file': created.json['metadata-location'] }]);
 });
+
+test('a catalog uri carrying credentials is refused when the sink is built, without echoing them: the token goes in catalog.token', async () => {
+  const s = await setup({ catalog: true, uri: 'http://svc:pw-in-uri-5c1e@127.0.0.1:9/api' });
+  const r = await cli('validate', '--config', s.config);
+  assert.notEqual(r.code, 0);
+  const said = `${r.out}${r.err}`;
+  assert.match(said, /writerConfig\.catalog\.uri/, said);
+  assert.match(said, /catalog\.token/, said);
+  assert.equal(said.includes('pw-in-uri-5c1e'), false, said);
+});

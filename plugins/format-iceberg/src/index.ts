@@ -60,7 +60,11 @@ const restCatalogSchema = z
   .object({
     type: z.literal('rest'),
     /** The catalog's base URI (routes are `<uri>/v1/...`). */
-    uri: z.string().refine((u) => /^https?:\/\/[^/]/.test(u) && URL.canParse(u), 'must be an http:// or https:// URL'),
+    uri: z.string().refine((u) => {
+      if (!/^https?:\/\/[^/]/.test(u) || !URL.canParse(u)) return false;
+      const p = new URL(u);
+      return p.username === '' && p.password === '' && p.search === '' && p.hash === '';
+    }, 'must be an http:// or https:// URL without user info, query or fragment (the token goes in catalog.token)'),
     /** Sent to /v1/config: which catalog of a server that holds several. */
     warehouse: z.string().min(1).optional(),
     /** The tables' namespace, `a.b` for a nested one. */
