@@ -47,7 +47,8 @@ export async function metadataLocation(t: SqlCatalogTable): Promise<{ current: s
 }
 
 type Json = Record<string, unknown>;
-interface Metadata extends Json {
+/** The parts of a table's metadata a foreign writer reads. */
+export interface Metadata extends Json {
   location: string;
   'last-sequence-number': number;
   'last-updated-ms': number;
@@ -74,16 +75,25 @@ export interface PreparedAppend {
 
 const DAY_MS = 86_400_000;
 
+/** An append's snapshot as a foreign writer adds it: the data file, the manifest and the manifest list written, the snapshot not committed. */
+export interface ForeignSnapshot extends Json {
+  readonly 'snapshot-id': number;
+  readonly 'parent-snapshot-id'?: number;
+  readonly 'sequence-number': number;
+  readonly 'timestamp-ms': number;
+  readonly 'manifest-list': string;
+  readonly summary: Record<string, string>;
+  readonly 'schema-id': number;
+}
+
 /**
- * Prepare an append of `ids` as source `source` (rows `id`, `ts` = 2026-01-01 +
- * id seconds, `msg` = `f<id>`: the shape of the tests' `events`), against the
- * table's current version.
+ * Write an append of `ids` as source `source` (rows `id`, `ts` = 2026-01-01 +
+ * id seconds, `msg` = `f<id>`: the shape of the tests' `events`) on top of
+ * table metadata `m`: one Parquet data file, a manifest, a manifest list
+ * carrying the parent's manifests. Returns the snapshot to commit (by any
+ * catalog's protocol) and its timestamp.
  */
-export async function prepareAppend(t: SqlCatalogTable, source: string, ids: readonly number[]): Promise<PreparedAppend> {
-  const loc = await metadataLocation(t);
-  if (loc === null) throw new Error(`no table ${t.namespace}.${t.table} in catalog ${t.catalog}`);
-  const base = loc.current;
-  const m = JSON.parse(await fsp.readFile(fileURLToPath(base), 'utf8')) as Metadata;
+export async function writeAppendFiles(m: Metadata, source: string, ids: readonly number[]): Promise<{ snapshot: ForeignSnapshot; now: number }> {
   const schema = m.schemas.find((s) => s['schema-id'] === m['current-schema-id'])!;
   const spec = m['partition-specs'].find((s) => s['spec-id'] === m['default-spec-id'])!;
   const idOf = (name: string) => schema.fields.find((f) => f.name === name)!.id;
@@ -135,6 +145,31 @@ export async function prepareAppend(t: SqlCatalogTable, source: string, ids: rea
   await write(listPath, list);
 
   const now = Math.max(Date.now(), m['last-updated-ms'] + 1);
+  const snapshot: ForeignSnapshot = {
+    'snapshot-id': snapshotId,
+    ...(parent ? { 'parent-snapshot-id': parent['snapshot-id'] } : {}),
+    'sequence-number': seq,
+    'timestamp-ms': now,
+    'manifest-list': pathToFileURL(listPath).href,
+    summary: { operation: 'append', 'added-data-files': '1', 'added-records': String(ids.length) },
+    'schema-id': schema['schema-id'],
+  };
+  return { snapshot, now };
+}
+
+/**
+ * Prepare an append of `ids` as source `source` (rows `id`, `ts` = 2026-01-01 +
+ * id seconds, `msg` = `f<id>`: the shape of the tests' `events`), against the
+ * table's current version, committed by SqlCatalog's swap of its row.
+ */
+export async function prepareAppend(t: SqlCatalogTable, source: string, ids: readonly number[]): Promise<PreparedAppend> {
+  const loc = await metadataLocation(t);
+  if (loc === null) throw new Error(`no table ${t.namespace}.${t.table} in catalog ${t.catalog}`);
+  const base = loc.current;
+  const m = JSON.parse(await fsp.readFile(fileURLToPath(base), 'utf8')) as Metadata;
+  const { snapshot, now } = await writeAppendFiles(m, source, ids);
+  const snapshotId = snapshot['snapshot-id'];
+  const seq = snapshot['sequence-number'];
   const version = Number(/(\d+)-[^/]*\.metadata\.json$/.exec(base)?.[1] ?? /v(\d+)\.metadata\.json$/.exec(base)?.[1] ?? -1) + 1;
   const next = {
     ...m,
@@ -142,22 +177,11 @@ export async function prepareAppend(t: SqlCatalogTable, source: string, ids: rea
     'last-updated-ms': now,
     'current-snapshot-id': snapshotId,
     refs: { ...m.refs, main: { 'snapshot-id': snapshotId, type: 'branch' } },
-    snapshots: [
-      ...m.snapshots,
-      {
-        'snapshot-id': snapshotId,
-        ...(parent ? { 'parent-snapshot-id': parent['snapshot-id'] } : {}),
-        'sequence-number': seq,
-        'timestamp-ms': now,
-        'manifest-list': pathToFileURL(listPath).href,
-        summary: { operation: 'append', 'added-data-files': '1', 'added-records': String(ids.length) },
-        'schema-id': schema['schema-id'],
-      },
-    ],
+    snapshots: [...m.snapshots, snapshot],
     'snapshot-log': [...m['snapshot-log'], { 'timestamp-ms': now, 'snapshot-id': snapshotId }],
     'metadata-log': [...m['metadata-log'], { 'timestamp-ms': m['last-updated-ms'], 'metadata-file': base }],
   };
-  const nextPath = `${tableDir}/metadata/${String(version).padStart(5, '0')}-${randomUUID()}.metadata.json`;
+  const nextPath = `${fileURLToPath(m.location)}/metadata/${String(version).padStart(5, '0')}-${randomUUID()}.metadata.json`;
   await write(nextPath, new TextEncoder().encode(JSON.stringify(next)));
   const nextLocation = pathToFileURL(nextPath).href;
   return {

@@ -11,19 +11,36 @@
  */
 import type { PgConnection } from 'hypsink/plugin';
 import { HypsinkError, isHypsinkError, openPgClient } from 'hypsink/plugin';
+import type { TableMetadata } from './table.js';
 
-/** What TableStore needs of a catalog: read the pointer, and move it only from what was read. */
+/** The version a commit is made from: the file the catalog named, and what it holds. */
+export interface PointedBase {
+  readonly file: string;
+  readonly metadata: TableMetadata;
+}
+
+/**
+ * What TableStore needs of a catalog: read the pointer, and commit a version
+ * only from the one it was made from. A catalog whose clients write the
+ * metadata file (JDBC) calls `write`; one that writes it itself (REST) sends
+ * the change from `base` to `next` instead.
+ * @ref LLP 0077, LLP 0081
+ */
 export interface TablePointer {
-  /** The table in the catalog, for messages (no password): `jdbc catalog "c" (postgres://u@h:5432/db) table ns.t`. */
+  /** The table in the catalog, for messages (no password, no token): `jdbc catalog "c" (postgres://u@h:5432/db) table ns.t`. */
   readonly shown: string;
   /** The current metadata file's location, exactly as the catalog holds it; null when the catalog has no such table. */
   current(signal: AbortSignal): Promise<string | null>;
   /**
-   * Make `next` current if `base` still is (null: add the table, if it is not
-   * there). True when this call moved it; false when another commit moved it
-   * first (the caller re-reads and re-bases, as after a lost create-if-absent).
+   * Make `next` current if `base` still is (null: create the table, if it is
+   * not there). True when this call committed it; false when another commit
+   * came first (the caller re-reads and re-bases, as after a lost
+   * create-if-absent). `write` writes `next` under a fresh name and answers
+   * its location.
    */
-  swap(base: string | null, next: string, signal: AbortSignal): Promise<boolean>;
+  commit(base: PointedBase | null, next: TableMetadata, write: () => Promise<string>, signal: AbortSignal): Promise<boolean>;
+  /** Add the table at metadata file `file` (`hypsink iceberg register`); false when the catalog has it already. */
+  register(file: string, signal: AbortSignal): Promise<boolean>;
 }
 
 /** The catalog's name, the table's namespace (`a.b` for a nested one) and name: the row's key. */
@@ -87,7 +104,16 @@ export class JdbcCatalog implements TablePointer {
     });
   }
 
-  async swap(base: string | null, next: string, signal: AbortSignal): Promise<boolean> {
+  async commit(base: PointedBase | null, _next: TableMetadata, write: () => Promise<string>, signal: AbortSignal): Promise<boolean> {
+    return this.swap(base?.file ?? null, await write(), signal);
+  }
+
+  register(file: string, signal: AbortSignal): Promise<boolean> {
+    return this.swap(null, file, signal);
+  }
+
+  /** The row moved from `base` to `next` (added, when `base` is null): SqlCatalog's and JdbcCatalog's statements. */
+  private async swap(base: string | null, next: string, signal: AbortSignal): Promise<boolean> {
     return this.run(signal, 'commit', async (c) => {
       if (base === null) {
         await c.query(CREATE);

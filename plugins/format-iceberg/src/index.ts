@@ -13,10 +13,11 @@ import { z } from 'zod';
 import type { BlobDestination, Continuation, Encoder, HeldUnit, PartitionRef, PgConnection, PluginContext, PluginOptionsSpec, ShipResult, SinkBuildContext, Unit, UnitGuard } from 'hypsink/plugin';
 import { HypsinkError, notAPgSslMode, PG_SSL_MODES, parseSinkConfig, pgConnection, unitConflict } from 'hypsink/plugin';
 import { decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
-import { JdbcCatalog } from './catalog.js';
+import { JdbcCatalog, type TablePointer } from './catalog.js';
 import { type FilePlan, writeDataFiles } from './datafile.js';
 import { compactTable } from './compact.js';
 import { expireSnapshots, removeOrphans } from './maintain.js';
+import { RestCatalog } from './rest.js';
 import { carryOver, type Merged, mergeRule } from './merge.js';
 import { summaryOf } from './summary.js';
 import { evolve, fieldIds, firstSchema, firstSpec, type PartitionSpec } from './schema.js';
@@ -32,7 +33,7 @@ const catalogName = z.string().min(1).max(255);
  * table's current metadata is the file its row names, and a commit swaps that row. The table's name in the catalog
  * is its name here (`table`, else the dataset's). @ref LLP 0077
  */
-const catalogSchema = z
+const jdbcCatalogSchema = z
   .object({
     type: z.literal('jdbc'),
     /** `postgres://user:password@host:port/database`, usually "${HYPSINK_CATALOG_URL}"; sslmode as the Postgres sink reads it. */
@@ -50,6 +51,32 @@ const catalogSchema = z
     namespace: catalogName,
   })
   .strict();
+
+/**
+ * An Iceberg REST catalog: the table is loaded from it and every commit is sent to it as requirements and updates;
+ * it writes the metadata files. @ref LLP 0081
+ */
+const restCatalogSchema = z
+  .object({
+    type: z.literal('rest'),
+    /** The catalog's base URI (routes are `<uri>/v1/...`). */
+    uri: z.string().refine((u) => {
+      if (!/^https?:\/\/[^/]/.test(u) || !URL.canParse(u)) return false;
+      const p = new URL(u);
+      return p.username === '' && p.password === '' && p.search === '' && p.hash === '';
+    }, 'must be an http:// or https:// URL without user info, query or fragment (the token goes in catalog.token)'),
+    /** Sent to /v1/config: which catalog of a server that holds several. */
+    warehouse: z.string().min(1).optional(),
+    /** The tables' namespace, `a.b` for a nested one. */
+    namespace: z.string().min(1).refine((n) => n.split('.').every((p) => p !== ''), 'must be names joined by dots (a.b)'),
+    /** The table's name in the catalog, for a sink of one table; default: its name here (`table`, else the dataset's). */
+    table: z.string().regex(TABLE_NAME).optional(),
+    /** A bearer token, given as "${HYPSINK_CATALOG_TOKEN}" (masked in every log line); none for a catalog without auth. */
+    token: z.string().min(1).optional(),
+  })
+  .strict();
+
+const catalogSchema = z.discriminatedUnion('type', [jdbcCatalogSchema, restCatalogSchema]);
 
 const configSchema = z
   .object({
@@ -86,7 +113,7 @@ const configSchema = z
     compact: z.boolean().default(true),
     compactTargetBytes: z.number().int().positive().default(128 * 1024 * 1024),
     compactMinFiles: z.number().int().min(2).default(5),
-    /** Commit through a catalog; without one the table is path-based (its highest `v<N>.metadata.json`). @ref LLP 0077 */
+    /** Commit through a catalog (JDBC or REST); without one the table is path-based (its highest `v<N>.metadata.json`). @ref LLP 0077, LLP 0081 */
     catalog: catalogSchema.optional(),
   })
   .strict();
@@ -94,7 +121,7 @@ export type IcebergConfig = z.infer<typeof configSchema>;
 
 /** The sink's `writerConfig`, declared so the host checks it before `create`. @ref LLP 0032 */
 export const ICEBERG_OPTIONS: PluginOptionsSpec = {
-  keys: [...Object.keys(configSchema.shape), ...Object.keys(catalogSchema.shape).map((k) => `catalog.${k}`), 'catalog.ssl.mode', 'catalog.ssl.ca'],
+  keys: [...Object.keys(configSchema.shape), ...[...new Set([...Object.keys(jdbcCatalogSchema.shape), ...Object.keys(restCatalogSchema.shape)])].map((k) => `catalog.${k}`), 'catalog.ssl.mode', 'catalog.ssl.ca'],
   validate: configSchema['~standard'].validate,
 };
 
@@ -109,20 +136,35 @@ function partitionFields(spec: PartitionSpec): PartitionField[] {
 }
 
 class IcebergWriter {
-  /** The catalog's connection, checked when the sink is built (its URL and sslmode), opened per statement. */
+  /** A JDBC catalog's connection, checked when the sink is built (its URL and sslmode), opened per statement. */
   private readonly catalog: PgConnection | null;
+  /** A REST catalog: its configuration (the route prefix) asked once per writer. @ref LLP 0081 */
+  private readonly rest: RestCatalog | null;
+  /** The table `catalog.table` names, once one was opened. */
+  private namedTable: string | undefined;
 
   constructor(
     private readonly cfg: IcebergConfig,
     private readonly build: SinkBuildContext,
   ) {
-    this.catalog = cfg.catalog ? pgConnection(cfg.catalog, build.sink, build.baseDir, 'writerConfig.catalog') : null;
+    const c = cfg.catalog;
+    this.catalog = c?.type === 'jdbc' ? pgConnection(c, build.sink, build.baseDir, 'writerConfig.catalog') : null;
+    this.rest = c?.type === 'rest' ? new RestCatalog(c, build.sink) : null;
   }
 
-  /** The table's store: through the catalog when one is configured. @ref LLP 0077 */
+  /** The table's store: through the catalog when one is configured. @ref LLP 0077, LLP 0081 */
   store(table: string, destination: BlobDestination): TableStore {
     const c = this.cfg.catalog;
-    const pointer = c && this.catalog ? new JdbcCatalog(this.catalog, { catalog: c.name, namespace: c.namespace, table }, this.build.sink) : undefined;
+    let pointer: TablePointer | undefined;
+    if (c?.type === 'jdbc' && this.catalog) pointer = new JdbcCatalog(this.catalog, { catalog: c.name, namespace: c.namespace, table }, this.build.sink);
+    if (c?.type === 'rest' && this.rest) {
+      // One catalog name for one table: two of the sink's tables under it would share one history.
+      if (c.table !== undefined) this.namedTable ??= table;
+      if (c.table !== undefined && this.namedTable !== table) {
+        throw new HypsinkError('HYPSINK_ERR_CONFIG', `sink "${this.build.sink}": writerConfig.catalog.table names one table ("${c.table}"), and the sink writes two (${this.namedTable}, ${table}); drop catalog.table to name each by its own name`);
+      }
+      pointer = this.rest.table(c.table ?? table);
+    }
     return new TableStore(table, destination, this.build.sink, this.build.log, pointer);
   }
 
@@ -485,7 +527,7 @@ class IcebergWriter {
         continue;
       }
       const file = destination.locate(versionKey(table, head.version));
-      const added = await pointer.swap(null, file, opts.signal);
+      const added = await pointer.register(file, opts.signal);
       done.push(added ? `table ${table}: registered in ${pointer.shown} at ${file}` : `table ${table}: already in ${pointer.shown} (added meanwhile)`);
     }
     return done.join('; ');

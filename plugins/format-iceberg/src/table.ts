@@ -5,10 +5,10 @@
  * race, reads the new head and re-bases its change on it. `version-hint.text`
  * names the newest version for readers that need it, but a writer never trusts
  * it alone: it walks forward from it until a version is absent.
- * A table in a catalog has a pointer instead (catalog.ts): its head is the
- * file the catalog names, and a commit writes a fresh file and swaps the
- * catalog's pointer to it.
- * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule), LLP 0077 (catalogs)
+ * A table in a catalog has a pointer instead (catalog.ts, rest.ts): its head
+ * is the file the catalog names, and a commit goes through the catalog from
+ * the version it was made from.
+ * @ref LLP 0051 (the commit protocol), LLP 0052 (the recovery rule), LLP 0077 (catalogs), LLP 0081 (REST)
  */
 import { createHash, randomUUID } from 'node:crypto';
 import type { BlobDestination, Logger } from 'hypsink/plugin';
@@ -223,6 +223,7 @@ export class TableStore {
     const metadata = await this.json(this.keyOf(file, pointer.shown), signal);
     if (metadata === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${this.sink}": ${pointer.shown} names ${file}, which is not there; the table is damaged: restore that file`);
     this.checkMetadata(metadata, v);
+    this.lastPointed = { file, metadata };
     return { version: v, metadata, file };
   }
 
@@ -255,18 +256,33 @@ export class TableStore {
   }
 
   /**
-   * A catalog commit: the version in a file of a fresh name (never a lost
-   * create: a writer that died before its swap leaves an orphan, not a
-   * blocked name), then the catalog's pointer swapped from the version it was
-   * made from, the last of its metadata log (`nextVersion` puts the head's
-   * file there), or added when it has none (a new table).
-   * @ref LLP 0077
+   * A catalog commit from the version it was made from, the last of its
+   * metadata log (`nextVersion` puts the head's file there), or a new table
+   * when it has none. A JDBC catalog has the version written in a file of a
+   * fresh name (never a lost create: a writer that died before its swap
+   * leaves an orphan, not a blocked name) and swaps its row to it; a REST
+   * catalog is sent the change and writes the file itself.
+   * @ref LLP 0077, LLP 0081
    */
   private async swap(pointer: TablePointer, v: number, metadata: TableMetadata, signal: AbortSignal): Promise<boolean> {
-    const key = `${this.tableKey}/metadata/${catalogMetadataName(v, randomUUID())}`;
-    await this.create(key, metadata, signal);
-    const base = metadata['metadata-log'].at(-1)?.['metadata-file'] ?? null;
-    return pointer.swap(base, this.destination.locate!(key), signal);
+    const file = metadata['metadata-log'].at(-1)?.['metadata-file'] ?? null;
+    const base = file === null ? null : { file, metadata: await this.baseOf(pointer, file, signal) };
+    return pointer.commit(base, metadata, async () => {
+      const key = `${this.tableKey}/metadata/${catalogMetadataName(v, randomUUID())}`;
+      await this.create(key, metadata, signal);
+      return this.destination.locate!(key);
+    }, signal);
+  }
+
+  /** The last head read through the catalog: the base of the commit made from it (a REST commit sends the change from it). */
+  private lastPointed: { readonly file: string; readonly metadata: TableMetadata } | undefined;
+
+  /** The metadata of `file`, a version a commit is made from: the head just read, else read again. @ref LLP 0081 */
+  private async baseOf(pointer: TablePointer, file: string, signal: AbortSignal): Promise<TableMetadata> {
+    if (this.lastPointed?.file === file) return this.lastPointed.metadata;
+    const m = await this.json(this.keyOf(file, pointer.shown), signal);
+    if (m === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${this.sink}": ${pointer.shown}: ${file}, the version this commit was made from, is not there; the table is damaged: restore that file`);
+    return m;
   }
 
   private async create(key: string, metadata: TableMetadata, signal: AbortSignal): Promise<boolean> {
