@@ -362,6 +362,8 @@ export class Cache {
     // Two flushes of one spool would both read (and delete) the same sealed segments.
     return this.spoolMutex.run(spool.key, () => this.writer.with('flush', async () => {
       const result: FlushResult = { segments: 0, partitions: [] };
+      // A held batch commits only once released: its rows must not reach a sink before the host says so. @ref LLP 0080
+      if (await exists(heldPath(spool.dir))) return result;
       const segments = opts.sealCurrent === false ? await spool.sealed() : await spool.seal(opts.skipBusy ?? false);
       // Held by its ingest in another process, which flushes it itself.
       if (segments === null) return result;
@@ -454,6 +456,76 @@ export class Cache {
       await mkdirs(dirname(path));
       await writeJsonAtomic(path, record);
       fault('flush.afterBatchRecord');
+    });
+  }
+
+  /**
+   * Hold a batch's spool: no flush commits it (flushTable, flushAll, the
+   * ingest's own) until `releaseBatch` or `dropBatch`. The marker, naming the
+   * host's key for the batch, is durable before the caller appends a frame.
+   * @ref LLP 0080
+   */
+  async holdBatch(ref: SpoolRef, key: string): Promise<void> {
+    const spool = this.spool(ref);
+    await mkdirs(spool.dir);
+    await writeJsonAtomic(heldPath(spool.dir), { v: 1, key } satisfies HeldMarker);
+  }
+
+  /** Every held spool and the key its holder named. @ref LLP 0080 */
+  async heldSpools(): Promise<{ ref: SpoolRef; key: string }[]> {
+    const out: { ref: SpoolRef; key: string }[] = [];
+    for (const ref of await this.listSpools()) {
+      const key = await this.heldBy(ref);
+      if (key !== undefined) out.push({ ref, key });
+    }
+    return out;
+  }
+
+  /** The key a held spool's marker names; undefined when it is not held. @ref LLP 0080 */
+  async heldBy(ref: SpoolRef): Promise<string | undefined> {
+    const path = heldPath(this.spool(ref).dir);
+    return (await readJsonFile<HeldMarker>(path, (v) => (typeof (v as HeldMarker)?.key === 'string' ? null : 'expected {"key":<text>}'), 'held marker'))?.key;
+  }
+
+  /** Let a held batch commit: the marker removed durably, then the spool flushed. @ref LLP 0080 */
+  async releaseBatch(ref: SpoolRef): Promise<FlushResult> {
+    const spool = this.spool(ref);
+    await this.spoolMutex.run(spool.key, async () => {
+      await fsp.rm(heldPath(spool.dir), { force: true });
+      await fsyncDir(spool.dir).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== 'ENOENT') throw e;
+      });
+    });
+    return this.flushTable(ref);
+  }
+
+  /**
+   * Remove a held batch's spool unflushed: none of its rows ever reaches a
+   * partition (a retry of the batch here starts it afresh). Refuses a spool
+   * not held: its rows may already be acknowledged as the cache's. @ref LLP 0080
+   */
+  async dropBatch(ref: SpoolRef): Promise<void> {
+    const spool = this.spool(ref);
+    // The ingest's order (batch, then the spool's lock): a flush meanwhile sees the marker and passes by.
+    await this.batchMutex.run(spool.key, async () => {
+        if (!(await exists(heldPath(spool.dir)))) {
+          if (!(await exists(spool.dir))) return;
+          throw new HypsinkError('HYPSINK_ERR_INVARIANT', `spool ${spool.dir} is not held: only a held batch is dropped unflushed`);
+        }
+        const trash = join(dirname(spool.dir), `.trash-${randomUUID()}`);
+        let moved = false;
+        try {
+          await spool.processLock.with('drop', async () => {
+            await fsp.rename(spool.dir, trash);
+            moved = true;
+          });
+        } catch (e) {
+          // The lock's own folder went with the rename: releasing it may say it was lost.
+          if (!(moved && isHypsinkError(e) && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
+        }
+        await fsyncDir(dirname(spool.dir));
+        this.spools.delete(`${ref.dataset}\0${ref.id}`);
+        await fsp.rm(trash, { recursive: true, force: true });
     });
   }
 
@@ -584,6 +656,14 @@ interface CacheFile {
 const checkCacheFile = (v: unknown) => ((v as CacheFile)?.v === 1 && /^[0-9a-f-]{36}$/.test((v as CacheFile).id) ? null : 'expected {"v":1,"id":"<uuid>"}');
 
 /** The id in `<root>/cache.json`, written once (create-if-absent: two first openers agree on one). */
+/** A held batch spool's marker: the key its holder named (a claim). @ref LLP 0080 */
+interface HeldMarker {
+  v: 1;
+  key: string;
+}
+
+const heldPath = (spoolDir: string) => join(spoolDir, 'held.json');
+
 async function cacheFile(root: string): Promise<CacheFile> {
   const path = join(root, 'cache.json');
   const found = await readJsonFile<CacheFile>(path, checkCacheFile, 'cache id file');

@@ -46,7 +46,7 @@ import { HypsinkError, isHypsinkError, type Logger } from '../../types/index.js'
 import { clientFor, loadTokens, singleToken, type TokenTable } from './auth.js';
 import { ConnectionBudget } from './connections.js';
 import { LIMIT_FLAGS } from './flags.js';
-import { type BatchWriter, type CommitResult, DEFAULT_CLIENT, LedgerStore, type LedgerEntry, type RecoveryReport, UNIT_DIGEST } from './store.js';
+import { type BatchWriter, type CommitResult, DEFAULT_CLIENT, LedgerStore, type LedgerEntry, type RecoveryReport, UNIT_DIGEST, WriteRefused } from './store.js';
 
 type LedgeredResult = Exclude<CommitResult, { kind: 'stored' }>;
 
@@ -676,6 +676,12 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
       }
       return answerLedgered(res, result, id, dataset);
     } catch (e) {
+      if (e instanceof WriteRefused) {
+        // The shared claim's answer (LLP 0080): the id stored elsewhere with another body, or not now.
+        log?.warn({ err: e.message, client, id, dataset, status: e.status }, 'refused by the claim');
+        if (e.status === 409) return send(res, 409, { error: e.message, conflict: e.conflict ?? 'body', unitDigest: null });
+        return send(res, 503, { error: e.message }, { 'Retry-After': retryAfter });
+      }
       if (opts.cache && isHypsinkError(e) && e.code === 'HYPSINK_ERR_INPUT') {
         // The cache holds other rows under this id (durable, not yet ledgered when the receiver died): another body.
         log?.warn({ err: e.message, client, id, dataset }, 'refused: other rows under a batch id the cache holds');
