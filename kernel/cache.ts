@@ -508,24 +508,10 @@ export class Cache {
     const spool = this.spool(ref);
     // The ingest's order (batch, then the spool's lock): a flush meanwhile sees the marker and passes by.
     await this.batchMutex.run(spool.key, async () => {
-        if (!(await exists(heldPath(spool.dir)))) {
-          if (!(await exists(spool.dir))) return;
-          throw new HypsinkError('HYPSINK_ERR_INVARIANT', `spool ${spool.dir} is not held: only a held batch is dropped unflushed`);
-        }
-        const trash = join(dirname(spool.dir), `.trash-${randomUUID()}`);
-        let moved = false;
-        try {
-          await spool.processLock.with('drop', async () => {
-            await fsp.rename(spool.dir, trash);
-            moved = true;
-          });
-        } catch (e) {
-          // The lock's own folder went with the rename: releasing it may say it was lost.
-          if (!(moved && isHypsinkError(e) && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
-        }
-        await fsyncDir(dirname(spool.dir));
-        this.spools.delete(`${ref.dataset}\0${ref.id}`);
-        await fsp.rm(trash, { recursive: true, force: true });
+      if (!(await exists(spool.dir))) return;
+      if (!(await this.moveSpoolAway(ref, 'wait', (sp) => exists(heldPath(sp.dir))))) {
+        throw new HypsinkError('HYPSINK_ERR_INVARIANT', `spool ${spool.dir} is not held: only a held batch is dropped unflushed`);
+      }
     });
   }
 
@@ -575,14 +561,23 @@ export class Cache {
   }
 
   /** Remove a committed batch's spool, if nobody holds it and it holds no frame: one rename, then the removal. */
-  private async removeSpool(ref: SpoolRef): Promise<boolean> {
+  private removeSpool(ref: SpoolRef): Promise<boolean> {
+    // Busy (a retry of the batch): removed by a later pass.
+    return this.moveSpoolAway(ref, 'try', async (spool) => (await spool.sealed()).length === 0 && !(await spool.hasCurrent()));
+  }
+
+  /**
+   * Rename a spool out of the way under its lock (`try`: not if it is busy), if
+   * `ok` says so there, then remove it. Whether it went.
+   */
+  private async moveSpoolAway(ref: SpoolRef, how: 'try' | 'wait', ok: (spool: Spool) => Promise<boolean>): Promise<boolean> {
     const spool = this.spool(ref);
     const trash = join(dirname(spool.dir), `.trash-${randomUUID()}`);
     let moved = false;
+    const lock = spool.processLock;
     try {
-      // Busy (a retry of the batch): removed by a later pass.
-      await spool.processLock.tryWith('remove', async () => {
-        if ((await spool.sealed()).length > 0 || (await spool.hasCurrent())) return;
+      await (how === 'try' ? lock.tryWith.bind(lock) : lock.with.bind(lock))('remove', async () => {
+        if (!(await ok(spool))) return;
         await fsp.rename(spool.dir, trash);
         moved = true;
       });
@@ -591,9 +586,13 @@ export class Cache {
       if (!(moved && isHypsinkError(e) && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
     }
     this.spools.delete(`${ref.dataset}\0${ref.id}`);
-    if (moved) await fsp.rm(trash, { recursive: true, force: true });
+    if (moved) {
+      await fsyncDir(dirname(spool.dir));
+      await fsp.rm(trash, { recursive: true, force: true });
+    }
     return moved;
   }
+
 
   /**
    * Flush every spool with something to flush. A spool held by its ingest in
@@ -655,7 +654,6 @@ interface CacheFile {
 }
 const checkCacheFile = (v: unknown) => ((v as CacheFile)?.v === 1 && /^[0-9a-f-]{36}$/.test((v as CacheFile).id) ? null : 'expected {"v":1,"id":"<uuid>"}');
 
-/** The id in `<root>/cache.json`, written once (create-if-absent: two first openers agree on one). */
 /** A held batch spool's marker: the key its holder named (a claim). @ref LLP 0080 */
 interface HeldMarker {
   v: 1;
@@ -664,6 +662,7 @@ interface HeldMarker {
 
 const heldPath = (spoolDir: string) => join(spoolDir, 'held.json');
 
+/** The id in `<root>/cache.json`, written once (create-if-absent: two first openers agree on one). */
 async function cacheFile(root: string): Promise<CacheFile> {
   const path = join(root, 'cache.json');
   const found = await readJsonFile<CacheFile>(path, checkCacheFile, 'cache id file');
