@@ -164,13 +164,7 @@ export async function openAggregate(k: Hypsink, opts: AggregateOptions = {}): Pr
       if (c.kind === 'storedElsewhere') return { rows: 0, elsewhere: true };
       if (c.kind === 'busy') throw new WriteRefused(503, `batch ${b.id} is being stored by aggregator ${c.aggregator} (its claim's lease has not passed); ${retry}`);
       if (c.kind === 'conflict') {
-        throw new WriteRefused(
-          409,
-          c.why === 'partition'
-            ? `batch id ${b.id} was already stored for another dataset or source; a batch id names one partition, so send this batch under a new id`
-            : `batch id ${b.id} was stored with another body; a batch id names one body: re-send the stored batch byte for byte, or send other rows under a new id`,
-          c.why,
-        );
+        throw new WriteRefused(409, `batch ${b.id}: the claim table holds it stored with another ${c.why === 'partition' ? 'dataset or source' : 'body'}`, c.why);
       }
       fault('receiver.afterClaim');
       const { rows } = await ingest(b, key);
