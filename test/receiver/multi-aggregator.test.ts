@@ -285,10 +285,25 @@ test('with claims: every row once across lost answers, a SIGKILL at each claim f
     ];
     const died: string[] = [];
     const armedNow = [false, false];
+    const armedAt: (string | undefined)[] = [undefined, undefined];
     const startNext = async (i: number) => {
       const env = armed[i]!.shift() ?? {};
       armedNow[i] = env.HYPSINK_FAULT !== undefined;
+      armedAt[i] = env.HYPSINK_FAULT;
       return f.start(i, env);
+    };
+    /** What the restart's settlement (before it listens) did with the batches the dead run left held. */
+    const settledAtStart = async (a: Aggregator): Promise<{ released: number; dropped: number }> => {
+      for (let i = 0; i < 50; i++) {
+        for (const line of a.stderr().split('\n')) {
+          if (!line.includes('held batches settled')) continue;
+          const o = JSON.parse(line) as { released: number; dropped: number };
+          return { released: o.released, dropped: o.dropped };
+        }
+        // stderr is another pipe than the "listening" line's: let it arrive.
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      return { released: 0, dropped: 0 };
     };
     await startNext(0);
     await startNext(1);
@@ -300,8 +315,18 @@ test('with claims: every row once across lost answers, a SIGKILL at each claim f
         for (const [i, a] of f.aggs.entries()) {
           if (a && (a.child.exitCode !== null || a.child.signalCode !== null)) {
             assert.equal(a.child.signalCode, 'SIGKILL', `aggregator ${f.names[i]} died at its fault point, not on its own:\n${a.stderr()}`);
-            died.push(f.names[i]!);
-            await startNext(i);
+            const point = armedAt[i]!;
+            died.push(`${f.names[i]} at ${point}`);
+            const next = await startNext(i);
+            // Killed after the stored update: its restart releases the batch; after the held spool: it drops it.
+            if (point === 'receiver.afterStored') {
+              const settled = await settledAtStart(next);
+              assert.ok(settled.released >= 1, `the restart after ${point} released the held batch: ${JSON.stringify(settled)}`);
+            }
+            if (point === 'receiver.afterHold') {
+              const settled = await settledAtStart(next);
+              assert.ok(settled.dropped >= 1, `the restart after ${point} dropped the held batch: ${JSON.stringify(settled)}`);
+            }
           }
         }
       }
