@@ -17,7 +17,7 @@ import * as net from 'node:net';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { DuckDBInstance } from '@duckdb/node-api';
-import { eventLines, exportLake, type Json, openKernel, type OpenKernel, withKernel, writeConfig, ingestText } from '../support/kernel.js';
+import { cli, eventLines, exportLake, type Json, openKernel, type OpenKernel, withKernel, writeConfig, ingestText } from '../support/kernel.js';
 import { freePort, testPg } from '../support/pg.js';
 import { AGENT_EVENTS as EVENTS, type Aggregator, RECEIVED, ingest as post, spawnAggregator, stopChild, tempDir, tokenOf } from './helpers.js';
 
@@ -25,9 +25,10 @@ const AGENTS = ['a1', 'a2', 'a3'] as const;
 /** The claim's lease: short, so a batch claimed by an aggregator that died is taken over within the test. */
 const LEASE_MS = 1500;
 
+let pgStarted = false;
 after(async () => {
   // The shared embedded PostgreSQL keeps the process alive until stopped.
-  await (await testPg()).stop();
+  if (pgStarted) await (await testPg()).stop();
 });
 
 /** A loopback TCP forwarder to PostgreSQL that can be switched off: the claim database unreachable. */
@@ -273,6 +274,7 @@ test('without claims, a retry the proxy sends to the other aggregator stores its
 });
 
 test('with claims: every row once across lost answers, a SIGKILL at each claim fault point, and the claim database unreachable', async (t) => {
+  pgStarted = true;
   const pg = await testPg();
   const db = await pg.database('claims');
   const gate = await pgGate(new URL(db));
@@ -372,5 +374,17 @@ test('with claims: every row once across lost answers, a SIGKILL at each claim f
   } finally {
     await f.close();
     await gate.close();
+  }
+});
+
+test('claims are an aggregator\'s: refused without --config, the URL\'s password never shown', async () => {
+  const { dir, cleanup } = await tempDir('claims-usage');
+  try {
+    const r = await cli('receiver', '--port', '0', '--data', dir, '--insecure-no-auth', '--claims', 'postgres://hyp:s3cr3t-pw@127.0.0.1:1/fleet');
+    assert.equal(r.code, 2, r.err);
+    assert.match(r.err, /claims \(--claims or HYPSINK_CLAIMS_URL\) are for an aggregator: give --config <file> too/);
+    assert.doesNotMatch(r.out + r.err, /s3cr3t-pw/);
+  } finally {
+    await cleanup();
   }
 });
