@@ -362,6 +362,8 @@ export class Cache {
     // Two flushes of one spool would both read (and delete) the same sealed segments.
     return this.spoolMutex.run(spool.key, () => this.writer.with('flush', async () => {
       const result: FlushResult = { segments: 0, partitions: [] };
+      // A held batch commits only once released: its rows must not reach a sink before the host says so. @ref LLP 0080
+      if (await exists(heldPath(spool.dir))) return result;
       const segments = opts.sealCurrent === false ? await spool.sealed() : await spool.seal(opts.skipBusy ?? false);
       // Held by its ingest in another process, which flushes it itself.
       if (segments === null) return result;
@@ -457,6 +459,62 @@ export class Cache {
     });
   }
 
+  /**
+   * Hold a batch's spool: no flush commits it (flushTable, flushAll, the
+   * ingest's own) until `releaseBatch` or `dropBatch`. The marker, naming the
+   * host's key for the batch, is durable before the caller appends a frame.
+   * @ref LLP 0080
+   */
+  async holdBatch(ref: SpoolRef, key: string): Promise<void> {
+    const spool = this.spool(ref);
+    await mkdirs(spool.dir);
+    await writeJsonAtomic(heldPath(spool.dir), { v: 1, key } satisfies HeldMarker);
+  }
+
+  /** Every held spool and the key its holder named. @ref LLP 0080 */
+  async heldSpools(): Promise<{ ref: SpoolRef; key: string }[]> {
+    const out: { ref: SpoolRef; key: string }[] = [];
+    for (const ref of await this.listSpools()) {
+      const key = await this.heldBy(ref);
+      if (key !== undefined) out.push({ ref, key });
+    }
+    return out;
+  }
+
+  /** The key a held spool's marker names; undefined when it is not held. @ref LLP 0080 */
+  async heldBy(ref: SpoolRef): Promise<string | undefined> {
+    const path = heldPath(this.spool(ref).dir);
+    return (await readJsonFile<HeldMarker>(path, (v) => (typeof (v as HeldMarker)?.key === 'string' ? null : 'expected {"key":<text>}'), 'held marker'))?.key;
+  }
+
+  /** Let a held batch commit: the marker removed durably, then the spool flushed. @ref LLP 0080 */
+  async releaseBatch(ref: SpoolRef): Promise<FlushResult> {
+    const spool = this.spool(ref);
+    await this.spoolMutex.run(spool.key, async () => {
+      await fsp.rm(heldPath(spool.dir), { force: true });
+      await fsyncDir(spool.dir).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== 'ENOENT') throw e;
+      });
+    });
+    return this.flushTable(ref);
+  }
+
+  /**
+   * Remove a held batch's spool unflushed: none of its rows ever reaches a
+   * partition (a retry of the batch here starts it afresh). Refuses a spool
+   * not held: its rows may already be acknowledged as the cache's. @ref LLP 0080
+   */
+  async dropBatch(ref: SpoolRef): Promise<void> {
+    const spool = this.spool(ref);
+    // The ingest's order (batch, then the spool's lock): a flush meanwhile sees the marker and passes by.
+    await this.batchMutex.run(spool.key, async () => {
+      if (!(await exists(spool.dir))) return;
+      if (!(await this.moveSpoolAway(ref, 'wait', (sp) => exists(heldPath(sp.dir))))) {
+        throw new HypsinkError('HYPSINK_ERR_INVARIANT', `spool ${spool.dir} is not held: only a held batch is dropped unflushed`);
+      }
+    });
+  }
+
   /** Every spool of every dataset (or one dataset). */
   async listSpools(dataset?: string): Promise<SpoolRef[]> {
     const out: SpoolRef[] = [];
@@ -503,14 +561,23 @@ export class Cache {
   }
 
   /** Remove a committed batch's spool, if nobody holds it and it holds no frame: one rename, then the removal. */
-  private async removeSpool(ref: SpoolRef): Promise<boolean> {
+  private removeSpool(ref: SpoolRef): Promise<boolean> {
+    // Busy (a retry of the batch): removed by a later pass.
+    return this.moveSpoolAway(ref, 'try', async (spool) => (await spool.sealed()).length === 0 && !(await spool.hasCurrent()));
+  }
+
+  /**
+   * Rename a spool out of the way under its lock (`try`: not if it is busy), if
+   * `ok` says so there, then remove it. Whether it went.
+   */
+  private async moveSpoolAway(ref: SpoolRef, how: 'try' | 'wait', ok: (spool: Spool) => Promise<boolean>): Promise<boolean> {
     const spool = this.spool(ref);
     const trash = join(dirname(spool.dir), `.trash-${randomUUID()}`);
     let moved = false;
+    const lock = spool.processLock;
     try {
-      // Busy (a retry of the batch): removed by a later pass.
-      await spool.processLock.tryWith('remove', async () => {
-        if ((await spool.sealed()).length > 0 || (await spool.hasCurrent())) return;
+      await (how === 'try' ? lock.tryWith.bind(lock) : lock.with.bind(lock))('remove', async () => {
+        if (!(await ok(spool))) return;
         await fsp.rename(spool.dir, trash);
         moved = true;
       });
@@ -519,9 +586,13 @@ export class Cache {
       if (!(moved && isHypsinkError(e) && e.code === 'HYPSINK_ERR_LOCKED')) throw e;
     }
     this.spools.delete(`${ref.dataset}\0${ref.id}`);
-    if (moved) await fsp.rm(trash, { recursive: true, force: true });
+    if (moved) {
+      await fsyncDir(dirname(spool.dir));
+      await fsp.rm(trash, { recursive: true, force: true });
+    }
     return moved;
   }
+
 
   /**
    * Flush every spool with something to flush. A spool held by its ingest in
@@ -582,6 +653,14 @@ interface CacheFile {
   copiedFrom?: { id: string; forkSeq: string; at: string };
 }
 const checkCacheFile = (v: unknown) => ((v as CacheFile)?.v === 1 && /^[0-9a-f-]{36}$/.test((v as CacheFile).id) ? null : 'expected {"v":1,"id":"<uuid>"}');
+
+/** A held batch spool's marker: the key its holder named (a claim). @ref LLP 0080 */
+interface HeldMarker {
+  v: 1;
+  key: string;
+}
+
+const heldPath = (spoolDir: string) => join(spoolDir, 'held.json');
 
 /** The id in `<root>/cache.json`, written once (create-if-absent: two first openers agree on one). */
 async function cacheFile(root: string): Promise<CacheFile> {

@@ -534,6 +534,10 @@ export function buildProgram(io: Out = stdio): Command {
     .option('--client-column <name>', 'with --config: the column every row gets its client\'s name in (default hyp_client)')
     .option('--data <dir>', 'where stored rows and the ledger go (required without --config; with it, default <state dir>/receiver, the ledger alone)')
     .option('--max-cache-bytes <n>', 'with --config: answer 429 while the cache folder holds more than this (default: no bound)')
+    .option('--claims <url>', 'with --config: several aggregators behind one address share a claim table in this PostgreSQL (postgres://…; HYPSINK_CLAIMS_URL if not given), so a batch retried at another aggregator is stored once')
+    .option('--aggregator-name <name>', "with --claims: this aggregator's name in the claim table, the same across restarts (default: its cache's id)")
+    .option('--claim-lease-ms <n>', 'with --claims: a claim is this aggregator\'s this long before another may take it over (default 30000)')
+    .option('--settle-every-ms <n>', 'with --claims: settle held batches against the claim table this often, and at start (default 10000)')
     .option('--tokens-file <file>', 'clients and their tokens, one "<client-name> <token>" a line')
     .option('--token <token>', 'require this bearer token (client "default"; HYPSINK_TOKEN if not given)')
     .option('--insecure-no-auth', 'accept every request without a token (client "default")');
@@ -560,7 +564,30 @@ export function buildProgram(io: Out = stdio): Command {
     const token = str('token') ?? (tokensFile === undefined ? process.env.HYPSINK_TOKEN || undefined : undefined);
     const log = (await logs()).createLogger();
     // With --config the receiver is a host: its cache, its sinks on their schedules (the daemon). @ref LLP 0074
-    const agg = config === undefined ? null : await (await import('../receiver/aggregate.js')).openAggregate(await open(cmd), { maxCacheBytes, clientColumn: str('client-column') });
+    // The URL carries a password: from the environment rather than argv, which every local user can read. @ref LLP 0080
+    const claimsUrl = str('claims') ?? (process.env.HYPSINK_CLAIMS_URL || undefined);
+    const claimFlags = ['aggregator-name', 'claim-lease-ms', 'settle-every-ms'].filter((f) => str(f) !== undefined);
+    if ((claimsUrl !== undefined || claimFlags.length > 0) && config === undefined) {
+      throw new HypsinkError('HYPSINK_ERR_USAGE', 'receiver: claims (--claims or HYPSINK_CLAIMS_URL) are for an aggregator: give --config <file> too', {
+        hint: 'Run `hypsink receiver --config <file> --claims postgres://… --aggregator-name <name>` on each aggregator behind the address.',
+      });
+    }
+    if (claimsUrl === undefined && claimFlags.length > 0) {
+      throw new HypsinkError('HYPSINK_ERR_USAGE', `receiver: --${claimFlags[0]} needs the claim table: pass --claims <postgres url> or set HYPSINK_CLAIMS_URL`);
+    }
+    const claims =
+      claimsUrl === undefined
+        ? undefined
+        : {
+            url: claimsUrl,
+            ...(str('aggregator-name') !== undefined ? { aggregator: str('aggregator-name')! } : {}),
+            ...(str('claim-lease-ms') !== undefined ? { leaseMs: intFlag('claim-lease-ms', str('claim-lease-ms')!, 1) } : {}),
+            ...(str('settle-every-ms') !== undefined ? { settleEveryMs: intFlag('settle-every-ms', str('settle-every-ms')!, 1) } : {}),
+          };
+    const agg =
+      config === undefined
+        ? null
+        : await (await import('../receiver/aggregate.js')).openAggregate(await open(cmd), { maxCacheBytes, clientColumn: str('client-column'), ...(claims ? { claims } : {}) });
     const data = str('data') !== undefined ? resolve(str('data')!) : agg!.ledgerDir;
     let r: Awaited<ReturnType<typeof startReceiver>>;
     try {

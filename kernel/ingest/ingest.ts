@@ -63,6 +63,13 @@ export interface IngestOptions {
    * this try is, for a progress bar. Once a block, never per row. @ref LLP 0035
    */
   readonly onRead?: (p: IngestProgress) => void;
+  /**
+   * Hold the batch: its spool is marked held (durably, before its first frame),
+   * so no flush commits it until the host releases or drops it
+   * (Cache.releaseBatch / dropBatch); the value is the host's key for it. A
+   * batch committed before stays committed. @internal @ref LLP 0080
+   */
+  readonly hold?: string;
   /** Parse in the parse worker once this many bytes were read (default 4 MiB); Infinity: never. */
   readonly parseWorkerAfterBytes?: number;
 }
@@ -113,6 +120,7 @@ export async function ingestNdjson(
   try {
     await k.cache.withBatch(spool, async (progress) => {
       const record = await k.cache.batchRecord(spool);
+      if (!record && opts.hold !== undefined) await k.cache.holdBatch(spool, opts.hold);
       const mark = record ? null : await progress();
       const found: Found = record ? { kind: 'committed', record } : mark?.end ? { kind: 'spooled', mark } : { kind: 'partial', mark };
       durable = found.kind !== 'partial' ? 'all' : found.mark ? 'some' : 'none';

@@ -13,8 +13,12 @@ import { HypsinkError } from '../../types/errors.js';
 import { Daemon } from '../daemon.js';
 import { IngestError } from '../ingest/ingest.js';
 import type { Hypsink } from '../runtime.js';
+import { fault } from '../fault.js';
+import { KeyedMutex } from '../mutex.js';
+import type { SpoolRef } from '../spool/spool.js';
+import { type ClaimOutcome, ClaimTable } from './claims.js';
 import type { ReceiverCache } from './server.js';
-import type { NewBatch } from './store.js';
+import { type NewBatch, type WriteResult, WriteRefused } from './store.js';
 
 /**
  * The column the receiver writes the authenticated client's name in, unless
@@ -32,7 +36,25 @@ export interface AggregateOptions {
   readonly maxCacheBytes?: number;
   /** The column the client's name goes in (default CLIENT_COLUMN). */
   readonly clientColumn?: string;
+  /** Several aggregators behind one address: the shared claim table (LLP 0080). Without it, as before. */
+  readonly claims?: {
+    readonly url: string;
+    /** This aggregator's name in the table (default: its cache's id, which outlives restarts). */
+    readonly aggregator?: string;
+    /** Default CLAIM_LEASE_MS. */
+    readonly leaseMs?: number;
+    /** Held batches are settled against the table this often (and at start). Default SETTLE_EVERY_MS. */
+    readonly settleEveryMs?: number;
+  };
 }
+
+/** A claim is an aggregator's this long (about a POST's timeout) before another may take it over. @ref LLP 0080 */
+export const CLAIM_LEASE_MS = 30_000;
+/** How often held batches (a crash, a lost database answer) are settled against the claim table. */
+export const SETTLE_EVERY_MS = 10_000;
+
+/** The key a held batch's spool names: its client and id. */
+const claimKey = (client: string, id: string) => JSON.stringify([client, id]);
 
 export interface Aggregate {
   readonly k: Hypsink;
@@ -101,10 +123,10 @@ export async function openAggregate(k: Hypsink, opts: AggregateOptions = {}): Pr
     return measuring;
   };
 
-  const write = async (b: NewBatch): Promise<{ rows: number }> => {
+  const ingest = async (b: NewBatch, hold?: string): Promise<{ rows: number }> => {
     const batchId = cacheBatchId(b.client, b.id);
     try {
-      const r = await k.ingest(b.dataset, Readable.from([b.data]), { source: b.source, batchId });
+      const r = await k.ingest(b.dataset, Readable.from([b.data]), { source: b.source, batchId, ...(hold !== undefined ? { hold } : {}) });
       if (r.rejected > 0) k.log.warn({ client: b.client, id: b.id, dataset: b.dataset, rejected: r.rejected, deadLetter: r.deadLetter }, 'rows refused by the dataset schema (dead-lettered)');
       return { rows: r.accepted };
     } catch (e) {
@@ -113,6 +135,100 @@ export async function openAggregate(k: Hypsink, opts: AggregateOptions = {}): Pr
       throw e;
     }
   };
+
+  const claims = opts.claims ? ClaimTable.open({ url: opts.claims.url, aggregator: opts.claims.aggregator ?? k.cache.id, leaseMs: opts.claims.leaseMs ?? CLAIM_LEASE_MS, log: k.log }) : null;
+  /** One request or settlement of a batch at a time: a settlement never drops a spool a request is about to mark stored. */
+  const perBatch = new KeyedMutex();
+
+  /** Let a held batch's rows commit, and tell the sinks, as an ingest's own flush does. */
+  const release = async (ref: SpoolRef) => {
+    const r = await k.cache.releaseBatch(ref);
+    if (r.partitions.length > 0) await k.hooks.cacheFlushed.promise({ partitions: r.partitions });
+  };
+
+  /**
+   * The multi-aggregator rule: claim, spool held, mark stored, release.
+   * Every refusal before the batch is marked stored leaves nothing of it to
+   * commit here. @ref LLP 0080
+   */
+  const writeClaimed = (table: ClaimTable, b: NewBatch): Promise<WriteResult> => {
+    const key = claimKey(b.client, b.id);
+    return perBatch.run(key, async () => {
+      const retry = 'retry (at any aggregator)';
+      let c: ClaimOutcome;
+      try {
+        c = await table.claim(b);
+      } catch (e) {
+        throw new WriteRefused(503, `${(e as Error).message}; nothing of batch ${b.id} was stored; ${retry}`);
+      }
+      if (c.kind === 'storedElsewhere') return { rows: 0, elsewhere: true };
+      if (c.kind === 'busy') throw new WriteRefused(503, `batch ${b.id} is being stored by aggregator ${c.aggregator} (its claim's lease has not passed); ${retry}`);
+      if (c.kind === 'conflict') {
+        throw new WriteRefused(409, `batch ${b.id}: the claim table holds it stored with another ${c.why === 'partition' ? 'dataset or source' : 'body'}`, c.why);
+      }
+      fault('receiver.afterClaim');
+      const { rows } = await ingest(b, key);
+      fault('receiver.afterHold');
+      const ref = k.cache.batchSpool(b.dataset, cacheBatchId(b.client, b.id));
+      if (c.kind === 'claimed') {
+        let mine: boolean;
+        try {
+          mine = await table.markStored(b);
+        } catch (e) {
+          // Its answer lost, the update may have landed: never drop what may be stored; settlement decides.
+          k.log.warn({ client: b.client, id: b.id, err: (e as Error).message }, 'claim not confirmed as stored; the batch stays held until settled');
+          throw new WriteRefused(503, `${(e as Error).message}; batch ${b.id} is kept held until the claim database answers; ${retry}`);
+        }
+        if (!mine) {
+          await k.cache.dropBatch(ref);
+          throw new WriteRefused(503, `the claim on batch ${b.id} passed to another aggregator before it was stored here (its lease ran out); nothing was stored here; ${retry}`);
+        }
+        fault('receiver.afterStored');
+      }
+      await release(ref);
+      return { rows };
+    });
+  };
+
+  /**
+   * Every held batch resolved against the claim table: stored here → released
+   * and flushed; otherwise (another stored it, or nobody did) → dropped. The
+   * database unreachable: they stay held for the next pass. @ref LLP 0080
+   */
+  const settle = async (table: ClaimTable): Promise<void> => {
+    const held = await k.cache.heldSpools();
+    const done = { released: 0, dropped: 0 };
+    for (const { ref, key } of held) {
+      const [client, id] = JSON.parse(key) as [string, string];
+      await perBatch.run(key, async () => {
+        // A request may have settled it meanwhile.
+        if ((await k.cache.heldBy(ref)) === undefined) return;
+        if ((await table.settle(client, id)) === 'storedHere') {
+          await release(ref);
+          done.released++;
+        } else {
+          await k.cache.dropBatch(ref);
+          done.dropped++;
+        }
+      });
+    }
+    if (done.released + done.dropped > 0) k.log.warn({ ...done, claims: table.shown }, 'held batches settled against the claim table');
+  };
+  let settling: Promise<void> = Promise.resolve();
+  const settleNow = (table: ClaimTable) => {
+    settling = settling
+      .then(() => settle(table))
+      .catch((e: Error) => k.log.warn({ err: e.message }, 'held batches not settled yet (they stay held); next pass later'));
+    return settling;
+  };
+  let timer: NodeJS.Timeout | undefined;
+  if (claims) {
+    await settleNow(claims);
+    timer = setInterval(() => void settleNow(claims), opts.claims?.settleEveryMs ?? SETTLE_EVERY_MS);
+    timer.unref();
+  }
+
+  const write = (b: NewBatch): Promise<WriteResult> => (claims ? writeClaimed(claims, b) : ingest(b));
 
   const cache: ReceiverCache = {
     clientColumn: column,
@@ -131,7 +247,13 @@ export async function openAggregate(k: Hypsink, opts: AggregateOptions = {}): Pr
       }
       return null;
     },
-    describe: `cache ${k.cache.root}, sinks ${[...k.sinks.keys()].join(', ') || '(none)'}`,
+    describe: `cache ${k.cache.root}, sinks ${[...k.sinks.keys()].join(', ') || '(none)'}${claims ? `, claims ${claims.shown} as aggregator ${claims.aggregator}` : ''}`,
   };
-  return { k, cache, ledgerDir: join(k.loaded.stateDir, 'receiver'), close: () => daemon.stop() };
+  const close = async () => {
+    clearInterval(timer);
+    await settling;
+    await claims?.close();
+    await daemon.stop();
+  };
+  return { k, cache, ledgerDir: join(k.loaded.stateDir, 'receiver'), close };
 }

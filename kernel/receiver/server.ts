@@ -46,7 +46,7 @@ import { HypsinkError, isHypsinkError, type Logger } from '../../types/index.js'
 import { clientFor, loadTokens, singleToken, type TokenTable } from './auth.js';
 import { ConnectionBudget } from './connections.js';
 import { LIMIT_FLAGS } from './flags.js';
-import { type BatchWriter, type CommitResult, DEFAULT_CLIENT, LedgerStore, type LedgerEntry, type RecoveryReport, UNIT_DIGEST } from './store.js';
+import { type BatchWriter, type CommitResult, DEFAULT_CLIENT, LedgerStore, type LedgerEntry, type Mismatch, type RecoveryReport, UNIT_DIGEST, WriteRefused } from './store.js';
 
 type LedgeredResult = Exclude<CommitResult, { kind: 'stored' }>;
 
@@ -505,15 +505,15 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
       log?.debug({ id, dataset }, 'duplicate');
       return send(res, 200, { duplicate: true }, headers);
     }
-    const error =
-      known.why === 'partition'
-        ? `batch id ${id} was already stored for another dataset or source; a batch id names one partition, so send this batch under a new id`
-        : known.why === 'unit'
-          ? `batch id ${id} was stored as another unit (unit digest ${known.entry.unitDigest}); a batch id names one unit's content: the sender's rows under this id are not the stored ones (a copied or restored cache?), so send them under a new id`
-          : `batch id ${id} was stored with another body; a batch id names one body: re-send the stored batch byte for byte, or send other rows under a new id`;
     // What the id holds is the caller's own: the unit digest it named then (LLP 0060), never a partition.
-    return send(res, 409, { error, conflict: known.why, unitDigest: known.entry.unitDigest ?? null }, headers);
+    return send(res, 409, { error: conflictText(known.why, id, known.entry.unitDigest), conflict: known.why, unitDigest: known.entry.unitDigest ?? null }, headers);
   };
+  const conflictText = (why: Mismatch, id: string, unitDigest: string | undefined) =>
+    why === 'partition'
+      ? `batch id ${id} was already stored for another dataset or source; a batch id names one partition, so send this batch under a new id`
+      : why === 'unit'
+        ? `batch id ${id} was stored as another unit (unit digest ${unitDigest}); a batch id names one unit's content: the sender's rows under this id are not the stored ones (a copied or restored cache?), so send them under a new id`
+        : `batch id ${id} was stored with another body; a batch id names one body: re-send the stored batch byte for byte, or send other rows under a new id`;
 
   /**
    * The client a request's token authenticates, or null once a 401 is on its way:
@@ -676,6 +676,15 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
       }
       return answerLedgered(res, result, id, dataset);
     } catch (e) {
+      if (e instanceof WriteRefused) {
+        // The shared claim's answer (LLP 0080): the id stored elsewhere with another body, or not now.
+        log?.warn({ err: e.message, client, id, dataset, status: e.status }, 'refused by the claim');
+        if (e.status === 409) {
+          const why = e.conflict ?? 'body';
+          return send(res, 409, { error: conflictText(why, id, undefined), conflict: why, unitDigest: null });
+        }
+        return send(res, 503, { error: e.message }, { 'Retry-After': retryAfter });
+      }
       if (opts.cache && isHypsinkError(e) && e.code === 'HYPSINK_ERR_INPUT') {
         // The cache holds other rows under this id (durable, not yet ledgered when the receiver died): another body.
         log?.warn({ err: e.message, client, id, dataset }, 'refused: other rows under a batch id the cache holds');

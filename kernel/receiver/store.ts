@@ -212,7 +212,33 @@ export interface NewBatch {
  * idempotent by (client, id): a crash between it and the ledger line makes the
  * retry call it again. @ref LLP 0074
  */
-export type BatchWriter = (batch: NewBatch) => Promise<{ readonly rows: number }>;
+export type BatchWriter = (batch: NewBatch) => Promise<WriteResult>;
+
+export interface WriteResult {
+  readonly rows: number;
+  /**
+   * Another aggregator stored this batch (the shared claim says so): nothing
+   * was written here and no ledger line is added; the client is answered as
+   * for a duplicate. @ref LLP 0080
+   */
+  readonly elsewhere?: boolean;
+}
+
+/**
+ * A writer's refusal with the answer it calls for: 409 (the id was stored
+ * with another partition or body) or 503 (not now; retry, perhaps at another
+ * aggregator). Nothing of the batch is committed. @ref LLP 0080
+ */
+export class WriteRefused extends HypsinkError {
+  constructor(
+    readonly status: 409 | 503,
+    message: string,
+    readonly conflict?: Mismatch,
+  ) {
+    super(status === 409 ? 'HYPSINK_ERR_INPUT' : 'HYPSINK_ERR_RETRYABLE', message, { retryable: status === 503 });
+    this.name = 'WriteRefused';
+  }
+}
 
 export class LedgerStore {
   /** (client, id) → entry. @ref LLP 0027 */
@@ -363,7 +389,9 @@ export class LedgerStore {
    * data-file bytes. @ref LLP 0074
    */
   private async commitTo(writer: BatchWriter, batch: NewBatch): Promise<CommitResult> {
-    const { rows } = await writer(batch);
+    const { rows, elsewhere } = await writer(batch);
+    // Stored by another aggregator (the claim): its ledger, not this one, lists it. @ref LLP 0080
+    if (elsewhere) return { kind: 'duplicate', entry: entryOf(batch, rows, { file: '', offset: 0, bytes: 0 }) };
     fault('receiver.afterData');
     const entry = entryOf(batch, rows, { file: '', offset: 0, bytes: 0 });
     await this.appendLedger(entry);
