@@ -21,7 +21,16 @@
  *   every 500 units, as `maintain --tables` does on the daemon's schedule, so
  *   what the history costs here is the table's manifests, not its snapshot log
  *   (which only expiry bounds: LLP 0072 says so).
- * @ref LLP 0051, LLP 0072
+ * - `iceberg_compaction_rows_per_s` (report only) and
+ *   `iceberg_compaction_vs_parquet` (report only): a table of N rows in small
+ *   units (one data file each: 100k rows in units of 500, --quick 20k in
+ *   units of 200), compacted by `maintain --tables` (compaction, then expiry
+ *   and the orphan scan, as the command runs them; with the default retention
+ *   nothing expires), N ÷ its time; and that ÷ the rows/s of a local-fs
+ *   Parquet export of the same rows, measured next to it in alternating
+ *   order. The data files of the current snapshot before and after, from the
+ *   table's metadata. Each repetition a table of its own.
+ * @ref LLP 0051, LLP 0072, LLP 0078
  */
 import { spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
@@ -171,6 +180,69 @@ async function commitsOverHistory(ctx: BenchContext, units: number) {
   return { early, late, ratio: late / early, maxMerged: Math.max(...commits.map((c) => c.merged)) };
 }
 
+/** `total-data-files` of the current snapshot of a local table, from its newest metadata version. */
+async function dataFilesOf(table: string): Promise<number> {
+  const names = await fsp.readdir(join(table, 'metadata'));
+  const v = Math.max(...names.flatMap((n) => /^v(\d+)\.metadata\.json$/.exec(n)?.[1] ?? []).map(Number));
+  const meta = JSON.parse(await fsp.readFile(join(table, 'metadata', `v${v}.metadata.json`), 'utf8')) as {
+    'current-snapshot-id': number;
+    snapshots: { 'snapshot-id': number; summary: Record<string, string> }[];
+  };
+  const current = meta.snapshots.find((x) => x['snapshot-id'] === meta['current-snapshot-id']);
+  return Number(current?.summary['total-data-files'] ?? Number.NaN);
+}
+
+/** Compaction of a table of small files by `maintain --tables`, against a local-fs Parquet export of the same rows. */
+async function compaction(ctx: BenchContext) {
+  const rows = ctx.size(100_000, 20_000);
+  const unitRows = ctx.size(500, 200);
+  const reps = ctx.size(3, 2);
+  const shared = await sharedPartition(ctx, rows);
+  const compactMs: number[] = [];
+  const pqMs: number[] = [];
+  const files: { before: number; after: number }[] = [];
+  for (let r = 0; r < reps; r++) {
+    ctx.progress(`iceberg: compaction repetition ${r + 1}/${reps}: ${rows / unitRows} small files`);
+    const dir = await ctx.tempDir(`iceberg-compact-${r}`);
+    const lake = join(dir, 'lake');
+    const sinks = { ice: icebergSink(lake, { unit: { maxRows: unitRows }, writerConfig: { compactMinFiles: 2 } }), pq: localFsSink('pq') };
+    const k = await openKernel(await writeWorkspace(dir, sinks, shared.cacheRoot), ctx.log);
+    try {
+      const t = await tick(k, 'ice');
+      if (t.rows !== rows) throw new Error(`iceberg: the small-unit export shipped ${t.rows} rows, expected ${rows}`);
+      const table = join(lake, DATASET);
+      const before = await dataFilesOf(table);
+      const compact = async () => {
+        settle();
+        const m = await timed(() => k.maintain({ tables: true }));
+        if (!/compact/i.test(m.value.tables[0]?.done ?? '')) throw new Error(`iceberg: maintain --tables said ${JSON.stringify(m.value.tables)}`);
+        compactMs.push(m.ms);
+      };
+      const parquet = async () => {
+        settle();
+        const p = await timed(() => tick(k, 'pq'));
+        if (p.value.rows !== rows) throw new Error(`iceberg: the Parquet export shipped ${p.value.rows} rows, expected ${rows}`);
+        pqMs.push(p.ms);
+      };
+      if (r % 2 === 0) {
+        await compact();
+        await parquet();
+      } else {
+        await parquet();
+        await compact();
+      }
+      files.push({ before, after: await dataFilesOf(table) });
+      if (files.at(-1)!.after >= before) throw new Error(`iceberg: compaction left ${files.at(-1)!.after} data files of ${before}`);
+    } finally {
+      await k.close();
+    }
+  }
+  const rates = compactMs.map((ms) => rows / (ms / 1000));
+  const { paired, ratios, details } = pairedRates(rows, compactMs, pqMs);
+  ctx.detail('iceberg_compaction_rows_per_s', { rows, unitRows, files, compactMs: compactMs.map(Math.round), parquetExportMs: pqMs.map(Math.round), compactionRowsPerS: details.exportRowsPerS, parquetExportRowsPerS: details.rawRowsPerS });
+  return [figure('iceberg_compaction_rows_per_s', median(rates), report, rates), figure('iceberg_compaction_vs_parquet', paired, report, ratios)];
+}
+
 function quantile(xs: readonly number[], q: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
@@ -178,9 +250,10 @@ function quantile(xs: readonly number[], q: number): number {
 
 export const icebergGroup: FigureGroup = {
   id: 'iceberg',
-  title: 'Iceberg export rows/s ÷ local-fs Parquet rows/s; commit latency at 100 and at 5,000 units of history; commit latency and lost races with 1, 4, 8 writers on one table',
+  title: 'Iceberg export rows/s ÷ local-fs Parquet rows/s; compaction rows/s; commit latency at 100 and at 5,000 units of history; commit latency and lost races with 1, 4, 8 writers on one table',
   async run(ctx: BenchContext) {
     const figures = [await exportVsParquet(ctx)];
+    figures.push(...(await compaction(ctx)));
     const units = ctx.size(5000, 2000);
     ctx.progress(`iceberg: commit latency over ${units} units of history`);
     const h = await commitsOverHistory(ctx, units);

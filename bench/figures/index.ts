@@ -1,5 +1,6 @@
 /** Every figure group, in DESIGN §10 order. */
 import type { FigureGroup } from '../lib/figure.js';
+import { aggregatorGroup } from './aggregator.js';
 import { coldStart } from './cold-start.js';
 import { digestCost } from './digest.js';
 import { forwardVsRaw } from './forward-vs-raw.js';
@@ -16,4 +17,4 @@ import { scrapeDuringExport } from './scrape-during-export.js';
 import { tickBigVsSmall } from './tick-big-vs-small.js';
 import { transformsExport } from './transforms-export.js';
 
-export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, peer, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, digestCost, icebergGroup, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse, scrapeDuringExport];
+export const GROUPS: readonly FigureGroup[] = [tickBigVsSmall, noNewTick, peer, localFsVsRaw, forwardVsRaw, postgresVsRaw, transformsExport, digestCost, icebergGroup, ingest, peakRss, naiveVsIncremental, coldStart, receiverAbuse, scrapeDuringExport, aggregatorGroup];

@@ -8,6 +8,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { promises as fsp } from 'node:fs';
 import * as http from 'node:http';
+import * as net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -112,5 +113,54 @@ export function post(agent: http.Agent, url: string, path: string, headers: Reco
     });
     req.on('error', reject);
     req.end(body);
+  });
+}
+
+/**
+ * `hypsink receiver --config <configPath> --tokens-file <tokensFile>` (the
+ * aggregator, LLP 0074), the compiled CLI in a child process as a host runs
+ * it, resolved once it listens (on `port`; 0: any free one). `close` is a
+ * graceful stop (SIGTERM: its sinks drain, it exits).
+ */
+export async function spawnAggregator(configPath: string, tokensFile: string, port = 0): Promise<ReceiverProcess> {
+  const child = spawn(process.execPath, [join(REPO, 'bin/hypsink.js'), 'receiver', '--config', configPath, '--tokens-file', tokensFile, '--port', String(port)], {
+    cwd: REPO,
+    env: { ...process.env, NODE_OPTIONS: '', HYPSINK_LOG_LEVEL: 'warn', HYPSINK_TOKEN: '' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => {
+    stderr += c.toString('utf8');
+  });
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString('utf8');
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`aggregator exited (${code}) before listening: ${stderr.trim()}`)));
+  });
+  return {
+    url,
+    dataDir: '',
+    cpuMs: () => procCpuMs(child.pid),
+    async close() {
+      await stop(child, exited);
+      if (child.exitCode !== 0) throw new Error(`aggregator exited ${child.exitCode ?? child.signalCode} on SIGTERM: ${stderr.trim().slice(-2000)}`);
+    },
+  };
+}
+
+/** A port free on loopback now, for a server that restarts at the same address. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
   });
 }

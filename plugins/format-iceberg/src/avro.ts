@@ -317,9 +317,21 @@ const exactLong = avro.types.LongType.__with({
   compare: (a: number, b: number): number => a - b,
 });
 
-function forSchema(schema: AvroJson): avro.Type {
-  // A fresh registry each time: avsc adds the named types it defines to it.
-  return avro.Type.forSchema(schema as avro.Schema, { wrapUnions: false, registry: { long: exactLong } });
+/** Types built, by their schema's JSON text: a table's few schemas are built once, not at every manifest read or write. */
+const typeCache = new Map<string, avro.Type>();
+const TYPE_CACHE_MAX = 64;
+
+function forSchema(schema: AvroJson, text = JSON.stringify(schema)): avro.Type {
+  // Building a type costs ~3 ms (avsc compiles its readers and writers): once per unit it was a fixed
+  // per-commit cost (issue 30). A built type holds no state of a read or write. @ref LLP 0083
+  let type = typeCache.get(text);
+  if (!type) {
+    // A fresh registry each time: avsc adds the named types it defines to it.
+    type = avro.Type.forSchema(schema as avro.Schema, { wrapUnions: false, registry: { long: exactLong } });
+    if (typeCache.size >= TYPE_CACHE_MAX) typeCache.delete(typeCache.keys().next().value!);
+    typeCache.set(text, type);
+  }
+  return type;
 }
 
 let manifestFileTypeCache: avro.Type | undefined;
@@ -655,7 +667,7 @@ function decodeContainer(bytes: Uint8Array, what: string): { metadata: Record<st
   const schemaText = metadata['avro.schema'];
   if (schemaText === undefined) throw new Error(`iceberg ${what}: the Avro header has no avro.schema; the file was not written as an Avro container`);
   const writerSchema: unknown = JSON.parse(schemaText);
-  const type = forSchema(writerSchema as AvroJson);
+  const type = forSchema(writerSchema as AvroJson, schemaText);
   const codec = metadata['avro.codec'] ?? 'null';
   if (codec !== 'null' && codec !== 'deflate') throw new Error(`iceberg ${what}: Avro codec ${codec} is not supported here; only null and deflate`);
   const records: unknown[] = [];

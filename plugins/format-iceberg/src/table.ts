@@ -363,8 +363,11 @@ export class TableStore {
 
   /** Where this table is, as its metadata should name it: the destination's location of its key. */
   get location(): string {
-    return this.destination.locate!(this.tableKey);
+    this.own ??= this.destination.locate!(this.tableKey);
+    return this.own;
   }
+
+  private own: string | undefined;
 
   /**
    * The destination key of `location`, which `namedBy` (a metadata file, a
@@ -374,9 +377,17 @@ export class TableStore {
    * @ref LLP 0063
    */
   keyOf(location: string, namedBy: string): string {
-    const key = locationKey(this.location, this.tableKey, location);
-    if (typeof key === 'string') return key;
-    throw this.outside(namedBy, location, `lies outside the table ${this.location} (${key.reason})`);
+    const own = this.location;
+    // Every head read checks each snapshot's manifest list again (and a store is made per unit): parsing them
+    // all each time made a commit's cost grow with the table's history. @ref LLP 0083
+    const memo = `${own}\n${this.tableKey}\n${location}`;
+    const known = checkedKeys.get(memo);
+    if (known !== undefined) return known;
+    const key = locationKey(own, this.tableKey, location);
+    if (typeof key !== 'string') throw this.outside(namedBy, location, `lies outside the table ${own} (${key.reason})`);
+    if (checkedKeys.size >= KEYS_KEPT) checkedKeys.clear();
+    checkedKeys.set(memo, key);
+    return key;
   }
 
   private outside(namedBy: string, location: string, what: string): HypsinkError {
@@ -449,6 +460,15 @@ export class MissingFile extends HypsinkError {
 export function namedIn(e: unknown, namedBy: string): unknown {
   return isHypsinkError(e) ? new HypsinkError(e.code, `${e.message} (named by ${namedBy})`, { cause: e, retryable: e.retryable }) : e;
 }
+
+/**
+ * Locations already taken to a key, by the table's own location, its key and
+ * the location: `locationKey` is a function of these alone, so a kept answer
+ * is the rule's answer. A refused location is never kept. Bounded: far more
+ * than a table's snapshots between expiries.
+ */
+const checkedKeys = new Map<string, string>();
+const KEYS_KEPT = 20_000;
 
 /** A location taken apart: its scheme, its authority (a bucket, a host) and its path's names, normalised. */
 interface Location {
