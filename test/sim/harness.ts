@@ -190,7 +190,7 @@ export class Worker {
     return this.mate;
   }
 
-  /** The lane's aggregator process, started on first use; with a spare, as its crashes are many. @ref LLP 0074 */
+  /** The lane's aggregator process, started on first use; with a spare, as its crashes are many. @ref LLP 0082 */
   aggregator(): Worker {
     this.agg ??= new Worker(this.env, this.world, true);
     return this.agg;
@@ -418,7 +418,7 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
       // Small row groups: a unit's data file has several (the default would make each one).
       // A partition's data files compact once there are two, into files of a few KB in some seeds (so a bin
       // closes and a file can be left as it is), and a snapshot expires once it is a millisecond old: only
-      // the rule that keeps a writer's newest snapshot per partition stands between expiry and recovery. @ref LLP 0078, LLP 0052
+      // the rule that keeps a writer's newest snapshot per partition stands between expiry and recovery. @ref LLP 0078, LLP 0052, LLP 0082
       writerConfig: {
         rowGroupRows: o.rowGroupRows ?? 65_536,
         compactMinFiles: 2,
@@ -463,7 +463,7 @@ export const tokenOf = (cache: string) => `tok-sim-${cache}-Vq7Rz2Lk9Xw4`;
  * state, the agents' dataset with the nullable column a config change may add
  * and the client column, and one local-fs Parquet sink exporting on its
  * schedule and at once when a batch is flushed (the daemon). The tokens file
- * names a client per cache. @ref LLP 0074
+ * names a client per cache. @ref LLP 0074, LLP 0082
  */
 export async function writeAggregatorConfig(dir: string, caches: readonly string[], unitRows: number): Promise<{ config: string; tokensFile: string }> {
   await fsp.mkdir(dir, { recursive: true });

@@ -23,8 +23,11 @@
  * older backup at the same path (by copying, seen; or in place, unseen) and
  * goes on as the README says (`identity --moved` or `--copy --fork-seq`). The
  * oracle (harness.ts) checks after every step and after the clean run, and
- * then every held unit's recorded digest.
- * @ref LLP 0043, LLP 0062
+ * then every held unit's recorded digest. About one seed in ten forwards to
+ * an aggregator (`receiver --config` in a process of the lane) instead of the
+ * receiver, killed at its own points, whose sink must hold every agent row
+ * once under its client; ice tables are compacted and expired often.
+ * @ref LLP 0043, LLP 0062, LLP 0082
  */
 import { existsSync, promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -154,7 +157,7 @@ class Scenario {
   /** What this seed's `maintain --tables` runs did to the ice table (the summary's figures). */
   compactions = 0;
   expiries = 0;
-  /** The aggregator tier of this seed (agents → `receiver --config` → its local-fs sink), when it has one. @ref LLP 0074 */
+  /** The aggregator tier of this seed (agents → `receiver --config` → its local-fs sink), when it has one. @ref LLP 0082 */
   agg: { readonly dir: string; readonly worker: Worker; readonly open: WorkerOp } | undefined;
   /** The aggregator's process was armed for this step. */
   aggArmed = false;
@@ -471,6 +474,14 @@ class Scenario {
     this.note(bytes === undefined ? 'receiver limit lifted' : `receiver proxy limit ${bytes} bytes (413 above)`);
   }
 
+  /** `maintain --tables` on the open cache, whole (no crash armed). */
+  async maintainTables(): Promise<void> {
+    this.note('maintain --tables');
+    const a = await this.worker.send({ op: 'tables' });
+    this.expect('tables', a, false);
+    this.tablesDone(a);
+  }
+
   /** A `maintain --tables` answer: its lines in the step's notes, its compaction commits and expired snapshots counted. */
   tablesDone(a: Answer): void {
     if (!('tables' in a)) return;
@@ -557,7 +568,7 @@ class Scenario {
   async armAggregator(): Promise<void> {
     if (!this.agg || this.aggArmed) return;
     const point = this.pick(AGG_POINTS);
-    const at = this.chance(0.3) ? 2 : 1;
+    const at = this.chance(0.2) ? 2 : 1;
     this.armed++;
     this.aggArmed = true;
     this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''} in the aggregator`);
@@ -583,7 +594,7 @@ class Scenario {
     if (!this.agg || !this.cur.sinks.includes('central')) return undefined;
     for (const source of this.cur.sources) await this.ingestFresh(source, this.int(3, 40), this.int(1, 2));
     await this.aggUp();
-    if (this.chance(0.8)) await this.armAggregator();
+    if (this.chance(0.85)) await this.armAggregator();
     let agent = false;
     if (this.armed < 3 && this.chance(0.3)) {
       const point = this.pick(['export.afterShip', 'export.afterIntent', 'export.afterShip']);
@@ -1333,7 +1344,7 @@ class Scenario {
     if (this.chance(0.2)) planned.push(() => this.episodeMove());
     if (this.chance(0.25)) planned.push(() => this.episodeDamage());
     if (two) planned.push(() => this.episodeSwitch());
-    if (withAgg) for (let i = this.int(1, 2); i > 0; i--) planned.push(() => this.episodeAggregator());
+    if (withAgg) for (let i = this.int(2, 3); i > 0; i--) planned.push(() => this.episodeAggregator());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentPg());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentIce());
     if (this.chance(0.35)) planned.push(() => this.episodePg());
@@ -1433,14 +1444,9 @@ class Scenario {
       await sendBatches(this.worker, this.ledger, left).then((a) => this.expect('ingest (retry)', a, false));
       await this.oracle.observe(this.cur);
     }
-    // Most ice seeds compact and expire the table before the caches settle: open intents recover, and the
+    // Half the ice seeds compact and expire the table before the caches settle: open intents recover, and the
     // last units commit, on a table whose small files were rewritten and whose old snapshots are gone. @ref LLP 0078
-    if (this.cur.sinks.includes(ICE_SINK) && this.chance(0.7)) {
-      this.note('maintain --tables');
-      const a = await this.worker.send({ op: 'tables' });
-      this.expect('tables', a, false);
-      this.tablesDone(a);
-    }
+    if (this.cur.sinks.includes(ICE_SINK) && this.chance(0.5)) await this.maintainTables();
     const statuses = new Map<CacheView, StatusFacts>();
     const held = new Map<CacheView, HeldDigest[]>();
     // The other cache first, the open one last.
@@ -1454,6 +1460,9 @@ class Scenario {
       else this.problems.add('clean run', `cache ${v.name}: the destinations' units could not be read back for their digests: ${JSON.stringify(d).slice(0, 300)}`);
     }
     if (this.agg) await this.settleAggregator();
+    // Every ice seed compacts and expires its settled table (every unit in it, so most partitions have files
+    // to compact): the final reads, ours and icebird's, are of that table. @ref LLP 0078, LLP 0082
+    if (this.cur.sinks.includes(ICE_SINK)) await this.maintainTables();
     this.checkDigests(held);
     const label = this.label;
     await this.oracle.final(
@@ -1470,7 +1479,7 @@ function restoreSeed(seed: number): boolean {
   return Math.imul(seed, 0x9e3779b1) >>> 28 === 5;
 }
 
-/** About one seed in 10 runs the aggregator tier: a hash of its number, as for restores. @ref LLP 0074 */
+/** About one seed in 10 runs the aggregator tier: a hash of its number, as for restores. @ref LLP 0082 */
 function aggSeed(seed: number): boolean {
   return (Math.imul(seed, 0x2c1b3c6d) >>> 16) % 10 === 3;
 }
@@ -1535,6 +1544,7 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
     agg: s.agg !== undefined,
     compactions: s.compactions,
     expiries: s.expiries,
-    replay: `npx tsx test/sim/main.ts --seeds 1 --start ${seed}`,
+    // A forced episode is part of the seed's run: the replay forces it too.
+    replay: `${process.env.SIM_EPISODE ? `SIM_EPISODE=${process.env.SIM_EPISODE} ` : ''}npx tsx test/sim/main.ts --seeds 1 --start ${seed}`,
   };
 }

@@ -32,7 +32,7 @@ export type WorkerOp =
   /**
    * Open the config's cache as an aggregator: `hypsink receiver --config` in
    * this process (openAggregate + the receiver on `port`, its sinks' daemon
-   * running), the cache the other ops then act on. @ref LLP 0074
+   * running), the cache the other ops then act on. @ref LLP 0074, LLP 0082
    */
   | { op: 'aggregate'; config: string; tokensFile: string; port: number }
   /** Close the open cache (and its lock); the process waits for the next `open`. */

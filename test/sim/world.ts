@@ -30,7 +30,7 @@ export interface World {
   /**
    * The port this lane's aggregator (`hypsink receiver --config`, in a worker
    * process of the lane) listens on: the same one across its restarts, so the
-   * agents' config names it once. @ref LLP 0074
+   * agents' config names it once. @ref LLP 0074, LLP 0082
    */
   readonly aggPort: number;
   /** A proxy in front of that port with the receiver proxy's rule and limit: the agents' forward sinks post here. */
