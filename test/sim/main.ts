@@ -37,7 +37,7 @@ export async function runSeeds(start: number, count: number, lanes: number, onRe
   return results.sort((a, b) => a.seed - b.seed);
 }
 
-/** The figures a run is judged by beside its failures: what the maintenance of the ice tables did. */
+/** The figures a run is judged by beside its failures: what the aggregator tier met, and what the maintenance of the ice tables did. @ref LLP 0082 */
 export function figures(results: readonly SeedResult[]): string {
   const sum = (f: (r: SeedResult) => number) => results.reduce((n, r) => n + f(r), 0);
   return (
