@@ -117,10 +117,21 @@ const ICE_POINTS = POINTS_BY_OP[`export ${ICE_SINK}`]!.filter((p) => p.startsWit
 const ICE_MAINTAIN_POINTS = POINTS_BY_OP.tables!.filter((p) => p.startsWith('iceberg.'));
 const BLOB: readonly ('files' | 'lake')[] = ['files', 'lake'];
 /**
- * The aggregator's points: its receiver's (after the cache ingest, after the
- * ledger line; twice as likely), its cache ingest's and its sink's export's.
+ * The aggregator's points that every batch it takes passes: its receiver's
+ * (after the cache ingest, after the ledger line; each as likely as the rest
+ * together), its cache ingest's spool and flush, and its sink's export of
+ * what the flush committed. Not the points a cache passes once in a while (a
+ * seq block reserved, a partition's first cursor): an aggregator armed there
+ * would seldom die. @ref LLP 0082
  */
-const AGG_POINTS = ['receiver.afterData', 'receiver.afterData', 'receiver.afterLedger', 'receiver.afterLedger', ...POINTS_BY_OP.ingest!, ...POINTS_BY_OP[`export ${AGG_SINK}`]!];
+const AGG_INGEST = ['spool.afterAppend', 'spool.afterSeal', 'flush.afterDataFile', 'flush.afterManifest', 'flush.afterCommitAll', 'flush.afterBatchRecord'];
+const AGG_EXPORT = ['export.afterIntent', 'export.afterShip', 'export.afterAdvance', 'localfs.afterTemp', 'localfs.afterLink', 'localfs.afterRecord'];
+const AGG_POINTS = [
+  ...Array<string>(AGG_INGEST.length + AGG_EXPORT.length).fill('receiver.afterData'),
+  ...Array<string>(AGG_INGEST.length + AGG_EXPORT.length).fill('receiver.afterLedger'),
+  ...AGG_INGEST,
+  ...AGG_EXPORT,
+];
 
 class Scenario {
   readonly r: () => number;
