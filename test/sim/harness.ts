@@ -114,6 +114,9 @@ class Proc {
   private waiting: ((a: Answer) => void) | undefined;
   alive = true;
   stderr = '';
+  /** How it ended (a signal, or `exit <code>`); its death counted (as a crash or an unexpected one) once. */
+  ended: string | undefined;
+  counted = false;
   readonly child: ChildProcess;
 
   constructor(env: NodeJS.ProcessEnv, js: string | undefined) {
@@ -132,6 +135,7 @@ class Proc {
     });
     child.on('exit', (code, signal) => {
       this.alive = false;
+      this.ended = signal ?? `exit ${code}`;
       const w = this.waiting;
       this.waiting = undefined;
       w?.({ died: signal ?? `exit ${code}`, ...(signal === 'SIGKILL' ? {} : { stderr: this.stderr }) });
@@ -165,7 +169,10 @@ export class Worker {
   private proc: Proc | undefined;
   private spare: Promise<Proc> | undefined;
   private mate: Worker | undefined;
+  private agg: Worker | undefined;
   private config = '';
+  /** What (re)opens the cache in a new process: `open` on the config, unless `use` named another op (an aggregator's). */
+  private opener: WorkerOp | undefined;
   crashes = 0;
   starts = 0;
   /** Deaths no fault point caused, since the last `takeUnexpected`. */
@@ -183,10 +190,21 @@ export class Worker {
     return this.mate;
   }
 
-  /** Deaths no fault point caused (this process's and its partner's), each once. */
+  /** The lane's aggregator process, started on first use; with a spare, as its crashes are many. @ref LLP 0082 */
+  aggregator(): Worker {
+    this.agg ??= new Worker(this.env, this.world, true);
+    return this.agg;
+  }
+
+  /** Deaths no fault point caused (this process's, its partner's and the aggregator's), each once. */
   takeUnexpected(): string[] {
-    const out = [...this.unexpected.splice(0), ...(this.mate?.takeUnexpected() ?? [])];
+    const out = [...this.unexpected.splice(0), ...(this.mate?.takeUnexpected() ?? []), ...(this.agg?.takeUnexpected() ?? [])];
     return out;
+  }
+
+  /** Crashes of the lane's aggregator process. */
+  get aggCrashes(): number {
+    return this.agg?.crashes ?? 0;
   }
 
   /** Crashes of this process and its partner. */
@@ -198,6 +216,7 @@ export class Worker {
   async release(): Promise<void> {
     if (this.proc?.alive) await this.raw({ op: 'close' });
     this.config = '';
+    this.opener = undefined;
   }
 
   get current(): string {
@@ -205,10 +224,29 @@ export class Worker {
   }
 
   /** Point the worker at a scenario's config (opens a fresh kernel on it). */
-  async use(config: string): Promise<Answer | undefined> {
+  async use(config: string, opener?: WorkerOp): Promise<Answer | undefined> {
     this.config = config;
-    if (this.proc?.alive) return this.raw({ op: 'open', config });
+    this.opener = opener;
+    if (this.proc?.alive) return this.raw(this.openOp());
     return undefined;
+  }
+
+  private openOp(): WorkerOp {
+    return this.opener ?? { op: 'open', config: this.config };
+  }
+
+  /**
+   * A death between operations (an aggregator killed at a fault point while it
+   * served another process's request), counted once: a crash when SIGKILL,
+   * else unexpected. Returns how it ended, or undefined while it lives.
+   */
+  reap(): string | undefined {
+    const p = this.proc;
+    if (!p || p.alive || p.counted) return undefined;
+    p.counted = true;
+    this.crashes++;
+    if (p.ended !== 'SIGKILL') this.unexpected.push(`between operations: the worker died (${p.ended}) on its own: ${p.stderr.trim().split('\n').slice(0, 6).join(' | ')}`);
+    return p.ended;
   }
 
   /** Start counting crashes for a new scenario. */
@@ -216,6 +254,7 @@ export class Worker {
     this.crashes = 0;
     this.starts = 0;
     this.mate?.resetCounts();
+    this.agg?.resetCounts();
   }
 
   /** Start a process and warm it on a scratch cache whose sinks reach the world's servers directly (no seed's proxy rules). */
@@ -241,6 +280,7 @@ export class Worker {
   }
 
   async send(op: WorkerOp): Promise<Answer> {
+    this.reap();
     if (!this.proc?.alive) {
       const t1 = performance.now();
       this.proc = await (this.spare ?? this.launch());
@@ -248,13 +288,14 @@ export class Worker {
       this.spare = this.spares ? this.launch() : undefined;
       this.spare?.catch(() => undefined);
       this.starts++;
-      const opened = await this.raw({ op: 'open', config: this.config });
+      const opened = await this.raw(this.openOp());
       if (!('ok' in opened) || !opened.ok) throw new Error(`worker failed to open: ${JSON.stringify(opened)}`);
       if (process.env.SIM_TRACE) process.stderr.write(`  (worker: waited ${(t2 - t1).toFixed(0)} ms for a process, open ${(performance.now() - t2).toFixed(0)} ms)\n`);
     }
     const t0 = performance.now();
     const a = await this.raw(op);
     if ('died' in a) {
+      this.proc!.counted = true;
       this.crashes++;
       // Only a fault point kills (SIGKILL): any other death is a bug in what the worker ran.
       if (a.died !== 'SIGKILL') this.unexpected.push(`${op.op}${op.op === 'export' ? ` ${op.sink}` : ''}: the worker died (${a.died}) on its own: ${String(a.stderr ?? '').trim().split('\n').slice(0, 6).join(' | ')}`);
@@ -276,6 +317,7 @@ export class Worker {
     await this.proc?.stop();
     if (spare) await (await spare.catch(() => undefined))?.stop();
     await this.mate?.stop();
+    await this.agg?.stop();
   }
 }
 
@@ -297,6 +339,8 @@ export interface ScenarioOptions {
   readonly partSize?: number;
   /** Defaults to the world's receiver proxy. */
   readonly centralUrl?: string;
+  /** The forward sink's token (default the world's receiver's, from SIM_TOKEN): an aggregator's client's own. */
+  readonly centralToken?: string;
   /** The sinks configured (default all three). */
   readonly sinks?: readonly SinkName[];
   /** The files sink's dir, relative to the config (default `exports`). */
@@ -311,6 +355,8 @@ export interface ScenarioOptions {
   readonly timeKeys?: 'day' | 'hour';
   /** The ice sink's local-fs dir (default `ice` beside the config): the caches of a scenario share one, so one table. */
   readonly iceDir?: string;
+  /** The ice sink's compactTargetBytes (default the plugin's). */
+  readonly iceTargetBytes?: number;
 }
 
 /** A config with the `events` dataset and (up to) five sinks: files (local-fs), lake (S3), central (forward), pg (postgres), ice (Iceberg over local-fs). */
@@ -342,7 +388,7 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
       config: {
         url: o.centralUrl ?? world.receiverProxy.endpoint,
         // biome-ignore lint/suspicious/noTemplateCurlyInString: the config's ${ENV} syntax, interpolated by the kernel
-        token: '${SIM_TOKEN}',
+        token: o.centralToken ?? '${SIM_TOKEN}',
         ladderMs: [10, 20],
         maxInlineWaitMs: 60,
         timeoutMs: 5_000,
@@ -370,8 +416,15 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
       unit: unit(ICE_SINK),
       config: { dir: o.iceDir ?? 'ice' },
       // Small row groups: a unit's data file has several (the default would make each one).
-      // A partition's data files compact once there are two (LLP 0078): the sim's tables are small.
-      writerConfig: { rowGroupRows: o.rowGroupRows ?? 65_536, compactMinFiles: 2 },
+      // A partition's data files compact once there are two, into files of a few KB in some seeds (so a bin
+      // closes and a file can be left as it is), and a snapshot expires once it is a millisecond old: only
+      // the rule that keeps a writer's newest snapshot per partition stands between expiry and recovery. @ref LLP 0078, LLP 0052, LLP 0082
+      writerConfig: {
+        rowGroupRows: o.rowGroupRows ?? 65_536,
+        compactMinFiles: 2,
+        ...(o.iceTargetBytes ? { compactTargetBytes: o.iceTargetBytes } : {}),
+        maxSnapshotAgeMs: 1,
+      },
     },
   };
   const config = {
@@ -394,6 +447,51 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
   const path = join(dir, 'hypsink.config.json');
   await fsp.writeFile(path, JSON.stringify(config));
   return path;
+}
+
+/** The column the aggregator records each row's client in (the receiver's default). @ref LLP 0074 */
+export const CLIENT_COLUMN = 'hyp_client';
+/** The aggregator's one sink: local-fs Parquet, read back by the oracle as the agents' `central` delivery. */
+export const AGG_SINK = 'files';
+/** The client name a cache forwards to the aggregator as (its line in the tokens file). */
+export const clientOf = (cache: string) => `sim-${cache}`;
+/** That client's token. */
+export const tokenOf = (cache: string) => `tok-sim-${cache}-Vq7Rz2Lk9Xw4`;
+
+/**
+ * The aggregator of a scenario (`hypsink receiver --config`): its own cache and
+ * state, the agents' dataset with the nullable column a config change may add
+ * and the client column, and one local-fs Parquet sink exporting on its
+ * schedule and at once when a batch is flushed (the daemon). The tokens file
+ * names a client per cache. @ref LLP 0074, LLP 0082
+ */
+export async function writeAggregatorConfig(dir: string, caches: readonly string[], unitRows: number): Promise<{ config: string; tokensFile: string }> {
+  await fsp.mkdir(dir, { recursive: true });
+  const tokensFile = join(dir, 'tokens');
+  await fsp.writeFile(tokensFile, caches.map((c) => `${clientOf(c)} ${tokenOf(c)}\n`).join(''), { mode: 0o600 });
+  const config = {
+    cache: { root: 'cache', lockWaitMs: 30_000 },
+    state: { dir: 'state' },
+    driver: { lockWaitMs: 30_000, outboxBaseMs: 1, concurrency: 2 },
+    datasets: {
+      events: {
+        columns: [
+          { name: 'id', type: 'INT64', nullable: false },
+          { name: 'ts', type: 'TIMESTAMP', nullable: false },
+          { name: 'msg', type: 'STRING', nullable: true },
+          { name: 'extra', type: 'STRING', nullable: true },
+          { name: CLIENT_COLUMN, type: 'STRING', nullable: false },
+        ],
+        timestampColumn: 'ts',
+      },
+    },
+    sinks: {
+      [AGG_SINK]: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], schedule: '* * * * *', unit: { maxRows: unitRows }, config: { dir: 'exports' } },
+    },
+  };
+  const path = join(dir, 'hypsink.config.json');
+  await fsp.writeFile(path, JSON.stringify(config));
+  return { config: path, tokensFile };
 }
 
 export interface SimRow {
@@ -602,9 +700,26 @@ async function readParquetFile(path: string, withSeq: boolean): Promise<{ ids: n
   return v;
 }
 
+/** Decoded files of aggregators' sinks (written once, never changed), by path. */
+const aggDecoded = new Map<string, { id: number; client: string | null }[]>();
+
+/** An aggregator's Parquet file: each row's id and client. */
+async function readAggFile(path: string): Promise<{ id: number; client: string | null }[]> {
+  let hit = aggDecoded.get(path);
+  if (!hit) {
+    const t = tableFromIPC(pw.readParquet(await fsp.readFile(path), { columns: ['id', CLIENT_COLUMN] }).intoIPCStream());
+    const ids = t.getChild('id')!;
+    const clients = t.getChild(CLIENT_COLUMN)!;
+    hit = Array.from({ length: t.numRows }, (_, i) => ({ id: Number(ids.get(i) as bigint), client: (clients.get(i) as string | null) ?? null }));
+    aggDecoded.set(path, hit);
+  }
+  return hit;
+}
+
 /** Forget decoded files under a dir (a scenario's dir, once it is removed). */
 export function forgetDecoded(dir: string): void {
   for (const p of decoded.keys()) if (p.startsWith(dir)) decoded.delete(p);
+  for (const p of aggDecoded.keys()) if (p.startsWith(dir)) aggDecoded.delete(p);
 }
 
 /** Watermarks never move backwards: compare every record with the last reading. */
@@ -987,6 +1102,13 @@ export class Oracle {
   private tick = 0;
   /** Rows of the receiver read from this dir with readStored (a receiver of the scenario's own), else the world's. */
   receiverDir: string | undefined;
+  /**
+   * A scenario whose caches forward to an aggregator: `central` is what the
+   * aggregator's sink holds (its files under `dir`), each row under the client
+   * of the cache that was sent it; `status` is the aggregator's, after its
+   * clean run (its gap is the central sink's too). @ref LLP 0074
+   */
+  aggregator: { readonly dir: string; status?: StatusFacts } | undefined;
 
   constructor(
     private readonly world: World,
@@ -1012,7 +1134,30 @@ export class Oracle {
     view.watch.forget(sink);
   }
 
-  private async central(source: string): Promise<Counts> {
+  /**
+   * The aggregator's sink's rows of a source: each under the client of the
+   * cache that was sent its id (a row under another client, or without one, is
+   * a problem when `problems` is given).
+   */
+  private async aggCentral(dir: string, source: string, when?: string, problems?: Problems): Promise<Counts> {
+    const out: Counts = new Map();
+    const wrong: string[] = [];
+    const owners = this.views.map((v) => ({ client: clientOf(v.name), ids: this.ledger.counts(v.name, source) }));
+    for (const f of await walk(join(dir, 'exports', 'events', `source=${encodeSegment(source)}`), '.parquet')) {
+      for (const r of await readAggFile(f)) {
+        bump(out, r.id);
+        const owner = owners.find((o) => o.ids.has(r.id));
+        if (owner && owner.client !== r.client) wrong.push(`${r.id} under ${JSON.stringify(r.client)}, sent by ${owner.client}`);
+      }
+    }
+    if (wrong.length && problems && when !== undefined) {
+      problems.add(when, `aggregator ${AGG_SINK} ${source}: ${wrong.length} rows under another client than the one that sent them: ${wrong.slice(0, 4).join(', ')}`, `aggregator ${source} client`);
+    }
+    return out;
+  }
+
+  private async central(source: string, when?: string, problems?: Problems): Promise<Counts> {
+    if (this.aggregator) return this.aggCentral(this.aggregator.dir, source, when, problems);
     const out: Counts = new Map();
     const rows = this.receiverDir
       ? ((await readStored(this.receiverDir)).rows.events?.[source] ?? [])
@@ -1213,7 +1358,8 @@ export class Oracle {
         } else if (sink.name === ICE_SINK) {
           const rows = await this.iceNow(when, view, problems);
           d = rows ? this.iceDelivered(view, p.source, rows) : new Map();
-        } else d = await this.delivered(view, sink.name, p.source);
+        } else if (sink.name === 'central') d = await this.central(p.source, when, problems);
+        else d = await this.delivered(view, sink.name, p.source);
         this.overDelivery(when, sink.name === 'central' ? `central ${p.source}` : where, p.source, d, this.mayHold(view, sink.name, p.source), problems);
       }
     }
@@ -1263,8 +1409,12 @@ export class Oracle {
       }
     }
     // The receiver: every cache's central rows of a partition together.
+    // The aggregator's own gap (rows it never exported) is the central sink's too.
+    for (const p of this.aggregator?.status?.sinks.flatMap((x) => x.partitions) ?? []) {
+      if (centralGap.has(p.source)) centralGap.set(p.source, centralGap.get(p.source)! + p.gapRows);
+    }
     for (const [source, gap] of centralGap) {
-      const delivered = await this.central(source);
+      const delivered = await this.central(source, when, problems);
       const owed = this.owed(this.views[0]!, 'central', source);
       this.overDelivery(when, `central ${source}`, source, delivered, this.mayHold(this.views[0]!, 'central', source, owed), problems);
       const spare: Counts = new Map();

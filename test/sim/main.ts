@@ -37,6 +37,15 @@ export async function runSeeds(start: number, count: number, lanes: number, onRe
   return results.sort((a, b) => a.seed - b.seed);
 }
 
+/** The figures a run is judged by beside its failures: what the aggregator tier met, and what the maintenance of the ice tables did. @ref LLP 0082 */
+export function figures(results: readonly SeedResult[]): string {
+  const sum = (f: (r: SeedResult) => number) => results.reduce((n, r) => n + f(r), 0);
+  return (
+    `aggregator tier: ${sum((r) => (r.agg ? 1 : 0))} seeds, ${sum((r) => (r.agg ? r.crashes : 0))} agent and ${sum((r) => r.aggCrashes)} aggregator crashes; ` +
+    `ice: ${sum((r) => r.compactions)} compaction commits, ${sum((r) => r.expiries)} snapshots expired`
+  );
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: { seeds: { type: 'string', default: '20' }, start: { type: 'string', default: '1' }, lanes: { type: 'string', default: '3' }, soak: { type: 'boolean', default: false } },
@@ -60,7 +69,7 @@ async function main(): Promise<void> {
   const secs = ((Date.now() - t0) / 1000).toFixed(1);
   const cpu = process.cpuUsage();
   process.stdout.write(
-    `sim: ${results.length} seeds run, ${failed} failed, ${crashes} crashes, ${secs} s (driver CPU ${((cpu.user + cpu.system) / 1e6).toFixed(1)} s)` +
+    `sim: ${results.length} seeds run, ${failed} failed, ${crashes} crashes, ${secs} s (driver CPU ${((cpu.user + cpu.system) / 1e6).toFixed(1)} s); ${figures(results)}` +
       `${iceStaleHints.count ? `; ${iceStaleHints.count} ice tables ended with a stale version hint` : ''}\n`,
   );
   process.exitCode = failed ? 1 : 0;

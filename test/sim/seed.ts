@@ -23,8 +23,11 @@
  * older backup at the same path (by copying, seen; or in place, unseen) and
  * goes on as the README says (`identity --moved` or `--copy --fork-seq`). The
  * oracle (harness.ts) checks after every step and after the clean run, and
- * then every held unit's recorded digest.
- * @ref LLP 0043, LLP 0062
+ * then every held unit's recorded digest. About one seed in ten forwards to
+ * an aggregator (`receiver --config` in a process of the lane) instead of the
+ * receiver, killed at its own points, whose sink must hold every agent row
+ * once under its client; ice tables are compacted and expired often.
+ * @ref LLP 0043, LLP 0062, LLP 0082
  */
 import { existsSync, promises as fsp } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -37,6 +40,7 @@ import { encodeSegment } from '../../kernel/store/segments.js';
 import type { FaultRule } from '../support/fault-proxy.js';
 import type { TcpRule } from '../support/tcp-proxy.js';
 import {
+  AGG_SINK,
   type Answer,
   type Batch,
   CacheView,
@@ -52,6 +56,8 @@ import {
   sendBatches,
   settle,
   type Worker,
+  tokenOf,
+  writeAggregatorConfig,
   writeScenarioConfig,
 } from './harness.js';
 import { forgetIce, ICE_SINK } from './ice.js';
@@ -67,6 +73,13 @@ export interface SeedResult {
   readonly problems: string[];
   readonly steps: number;
   readonly crashes: number;
+  /** Crashes of the aggregator (a seed with one), by SIGKILL at its fault points. */
+  readonly aggCrashes: number;
+  /** The seed ran the aggregator tier. */
+  readonly agg: boolean;
+  /** Iceberg compaction commits (replace snapshots) and snapshots expired by this seed's `maintain --tables` runs. */
+  readonly compactions: number;
+  readonly expiries: number;
   readonly replay: string;
 }
 
@@ -103,6 +116,22 @@ const ICE_POINTS = POINTS_BY_OP[`export ${ICE_SINK}`]!.filter((p) => p.startsWit
 /** The Iceberg points of `maintain --tables` (compaction). */
 const ICE_MAINTAIN_POINTS = POINTS_BY_OP.tables!.filter((p) => p.startsWith('iceberg.'));
 const BLOB: readonly ('files' | 'lake')[] = ['files', 'lake'];
+/**
+ * The aggregator's points that every batch it takes passes: its receiver's
+ * (after the cache ingest, after the ledger line; each as likely as the rest
+ * together), its cache ingest's spool and flush, and its sink's export of
+ * what the flush committed. Not the points a cache passes once in a while (a
+ * seq block reserved, a partition's first cursor): an aggregator armed there
+ * would seldom die. @ref LLP 0082
+ */
+const AGG_INGEST = ['spool.afterAppend', 'spool.afterSeal', 'flush.afterDataFile', 'flush.afterManifest', 'flush.afterCommitAll', 'flush.afterBatchRecord'];
+const AGG_EXPORT = ['export.afterIntent', 'export.afterShip', 'export.afterAdvance', 'localfs.afterTemp', 'localfs.afterLink', 'localfs.afterRecord'];
+const AGG_POINTS = [
+  ...Array<string>(AGG_INGEST.length + AGG_EXPORT.length).fill('receiver.afterData'),
+  ...Array<string>(AGG_INGEST.length + AGG_EXPORT.length).fill('receiver.afterLedger'),
+  ...AGG_INGEST,
+  ...AGG_EXPORT,
+];
 
 class Scenario {
   readonly r: () => number;
@@ -136,6 +165,13 @@ class Scenario {
   full: readonly SinkName[] = SINKS;
   /** Rows pending at the original when a copy was made, per sink and source: the copy may find them at the destination. */
   copyPending = new Map<string, number>();
+  /** What this seed's `maintain --tables` runs did to the ice table (the summary's figures). */
+  compactions = 0;
+  expiries = 0;
+  /** The aggregator tier of this seed (agents → `receiver --config` → its local-fs sink), when it has one. @ref LLP 0082 */
+  agg: { readonly dir: string; readonly worker: Worker; readonly open: WorkerOp } | undefined;
+  /** The aggregator's process was armed for this step. */
+  aggArmed = false;
 
   constructor(
     readonly seed: number,
@@ -449,10 +485,33 @@ class Scenario {
     this.note(bytes === undefined ? 'receiver limit lifted' : `receiver proxy limit ${bytes} bytes (413 above)`);
   }
 
+  /** `maintain --tables` on the open cache, whole (no crash armed). */
+  async maintainTables(): Promise<void> {
+    this.note('maintain --tables');
+    const a = await this.worker.send({ op: 'tables' });
+    this.expect('tables', a, false);
+    this.tablesDone(a);
+  }
+
+  /** A `maintain --tables` answer: its lines in the step's notes, its compaction commits and expired snapshots counted. */
+  tablesDone(a: Answer): void {
+    if (!('tables' in a)) return;
+    for (const t of a.tables as { sink: string; done: string }[]) {
+      this.note(`sink ${t.sink}: ${t.done}`);
+      this.compactions += (t.done.match(/ compacted into \d+/g) ?? []).length;
+      for (const m of t.done.matchAll(/(\d+) snapshot\(s\) expired/g)) this.expiries += Number(m[1]);
+    }
+  }
+
   // ---- crashes -------------------------------------------------------------
 
   /** Arm a crash (or, on a kernel that knows it, a thrown error) at a point this op can reach. */
   async arm(op: SimOp): Promise<'kill' | 'throw' | undefined> {
+    // A central export of a seed with an aggregator: half the time the aggregator is the one armed.
+    if (this.agg && op.op === 'export' && op.sink === 'central' && this.chance(0.5)) {
+      await this.armAggregator();
+      return undefined;
+    }
     const points = POINTS_BY_OP[op.op === 'export' ? `export ${op.sink}` : op.op === 'send' ? 'ingest' : op.op] ?? [];
     if (!points.length) return undefined;
     // A crash costs a process start: arm an export only when it has rows to ship, the second unit only when there is one.
@@ -483,16 +542,91 @@ class Scenario {
       a = await this.worker.send(op);
       const mayFail = armed === 'throw' || this.damage !== undefined;
       if (op.op === 'retention' || op.op === 'compact' || op.op === 'tables') this.expect(op.op, a, mayFail);
-      if (op.op === 'tables' && 'tables' in a) for (const t of a.tables as { sink: string; done: string }[]) this.note(`sink ${t.sink}: ${t.done}`);
+      if (op.op === 'tables') this.tablesDone(a);
     }
     if (died(a)) this.note('worker died');
     if (armed && !died(a)) await this.worker.send({ op: 'disarm' });
+    await this.aggAfter();
     if (armed && died(a) && op.op === 'export') {
       // The case the write-ahead intent exists for: new rows arrive before the retry.
       for (const source of this.cur.sources) await this.ingestFresh(source, this.int(1, 10), 1);
     }
     if (op.op === 'send' && this.retries.length && this.chance(0.5)) await this.retryOne();
     return a;
+  }
+
+  // ---- the aggregator tier -----------------------------------------------------
+
+  /**
+   * The aggregator up: a process killed since (at a fault point, while it
+   * served an agent) is counted and a new one opens its cache and listens on
+   * the lane's port again, as a supervisor restarts `hypsink receiver`.
+   */
+  async aggUp(): Promise<void> {
+    if (!this.agg) return;
+    const how = this.agg.worker.reap();
+    if (how) this.note(`the aggregator died (${how}); restarted`);
+    this.expect('aggregator start', await this.agg.worker.send({ op: 'ping' }), false);
+  }
+
+  /**
+   * Arm the aggregator's process: its receiver between the cache ingest and the
+   * ledger line or after it, its ingest's spool and flush, or its sink's export
+   * (the daemon exports at once what a batch flushed). Only kills: a thrown
+   * error would leave its sink failing and every batch refused (503) until its
+   * next scheduled tick.
+   */
+  async armAggregator(): Promise<void> {
+    if (!this.agg || this.aggArmed) return;
+    const point = this.pick(AGG_POINTS);
+    const at = this.chance(0.2) ? 2 : 1;
+    this.armed++;
+    this.aggArmed = true;
+    this.note(`arm ${point}${at > 1 ? ` (hit ${at})` : ''} in the aggregator`);
+    await this.agg.worker.send({ op: 'arm', point, at, action: 'kill' });
+  }
+
+  /** After a step's op: the aggregator killed (noted, restarted at the next step) or disarmed. */
+  async aggAfter(): Promise<void> {
+    if (!this.agg || !this.aggArmed) return;
+    this.aggArmed = false;
+    const how = this.agg.worker.reap();
+    if (how) this.note(`the aggregator died (${how})`);
+    else await this.agg.worker.send({ op: 'disarm' });
+  }
+
+  /**
+   * Rows of every source forwarded to the aggregator while it is armed (and
+   * now and then the agent too, at an export point: both tiers die in one
+   * step); then the aggregator exports what it took, and the agent exports
+   * again to a restarted aggregator (the same batch ids, same rows).
+   */
+  async episodeAggregator(): Promise<WorkerOp | undefined> {
+    if (!this.agg || !this.cur.sinks.includes('central')) return undefined;
+    for (const source of this.cur.sources) await this.ingestFresh(source, this.int(3, 40), this.int(1, 2));
+    await this.aggUp();
+    if (this.chance(0.85)) await this.armAggregator();
+    let agent = false;
+    if (this.armed < 3 && this.chance(0.3)) {
+      const point = this.pick(['export.afterShip', 'export.afterIntent', 'export.afterShip']);
+      this.armed++;
+      agent = true;
+      this.note(`arm ${point} in cache ${this.cur.name}'s process`);
+      await this.worker.send({ op: 'arm', point, at: 1, action: 'kill' });
+    }
+    this.note('export central');
+    const a = await this.worker.send({ op: 'export', sink: 'central' });
+    if (died(a)) this.note('worker died');
+    else if (agent) await this.worker.send({ op: 'disarm' });
+    // What the daemon did not export yet, an explicit export does (and meets an export point armed there).
+    if (!this.agg.worker.reap()) {
+      this.note(`export ${AGG_SINK} in the aggregator`);
+      const e = await this.agg.worker.send({ op: 'export', sink: AGG_SINK });
+      this.expect(`aggregator export ${AGG_SINK}`, e, died(e));
+    } else this.note('the aggregator died');
+    await this.aggAfter();
+    await this.aggUp();
+    return { op: 'export', sink: 'central' };
   }
 
   // ---- episodes: the sequences the holes need, made likely -------------------
@@ -651,7 +785,7 @@ class Scenario {
       if (died(a)) this.note(`cache ${x.view.name}'s process died`);
       else if (x === maintainer) {
         this.expect('tables', a, false);
-        if ('tables' in a) for (const t of a.tables as { sink: string; done: string }[]) this.note(`sink ${t.sink}: ${t.done}`);
+        this.tablesDone(a);
       }
     });
     if (armed && !died(answers[[here, there].indexOf(armed)]!)) await armed.worker.send({ op: 'disarm' });
@@ -1072,6 +1206,7 @@ class Scenario {
   // ---- the run --------------------------------------------------------------
 
   async scheduled(): Promise<void> {
+    await this.aggUp();
     if (this.damage && this.step >= this.damage.restoreAt) await this.restore();
     if (this.limitLiftAt !== undefined && this.step >= this.limitLiftAt) this.setLimit(undefined);
     if (this.move && this.step >= this.move.decideAt) await this.decide();
@@ -1103,8 +1238,8 @@ class Scenario {
         : { op: 'retention', hardMaxRows: this.int(3, 40), ackCoupled: false };
       crashP = 0.05;
     } else if (x < 0.72) {
-      // Half the time on a scenario with the ice table, its maintenance instead: compaction beside the writers. @ref LLP 0078
-      op = sinks.includes(ICE_SINK) && this.chance(0.5) ? { op: 'tables' } : { op: 'compact' };
+      // Mostly, on a scenario with the ice table, its maintenance instead: compaction and expiry beside the writers. @ref LLP 0078
+      op = sinks.includes(ICE_SINK) && this.chance(0.75) ? { op: 'tables' } : { op: 'compact' };
       crashP = op.op === 'tables' ? 0.15 : 0.05;
     } else if (x < 0.77 && sinks.includes('central')) {
       // A burst of backpressure: 429/503 with a usable, zero, garbage or absent Retry-After.
@@ -1171,18 +1306,34 @@ class Scenario {
 
   async run(): Promise<number> {
     const dir = await mkdtemp(join(tmpdir(), `hypsink-sim-${this.seed}-`));
-    const two = this.chance(0.15);
+    // The aggregator tier in a few seeds, chosen by the seed's number (the other seeds' random streams stay as they
+    // were); SIM_EPISODE=aggregator forces it. Its seeds have two agents more often (two clients, one aggregator).
+    const withAgg = process.env.SIM_EPISODE === 'aggregator' || (!process.env.SIM_EPISODE && aggSeed(this.seed) && !restoreSeed(this.seed));
+    const two = this.chance(withAgg ? 0.3 : 0.15);
     const sources = [`s${this.seed}a`, `s${this.seed}b`].slice(0, this.int(1, 2));
     // Ice in every two-cache seed (the concurrent writers) and in some others: a run of 500 seeds stays near its old time.
     if (!two && !this.chance(0.25)) this.full = SINKS.filter((s) => s !== ICE_SINK);
-    const base = { sinks: this.full, unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024 };
+    const base = { sinks: this.full, unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024,
+      // A few-KB compaction target in a quarter of the seeds (from the seed's number: the random stream stays as it was).
+      iceTargetBytes: this.seed % 4 === 1 ? 4096 : undefined,
+    };
     // One Iceberg table for the scenario: a second cache writes to it too.
     const iceDir = join(dir, 'ice');
-    const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, iceDir, prefix: `sim/${this.seed}` }));
+    // With the aggregator each cache forwards to it (through the lane's proxy) as its own client.
+    const forward = (name: string) => (withAgg ? { centralUrl: this.world.aggProxy.endpoint, centralToken: tokenOf(name) } : {});
+    const a = this.oracle.add(new CacheView('a', join(dir, 'a'), sources, { ...base, iceDir, prefix: `sim/${this.seed}`, ...forward('a') }));
     this.views.push(a);
     if (two) {
-      const b = this.oracle.add(new CacheView('b', join(dir, 'b'), sources, { ...base, iceDir, prefix: `sim/${this.seed}b` }));
+      const b = this.oracle.add(new CacheView('b', join(dir, 'b'), sources, { ...base, iceDir, prefix: `sim/${this.seed}b`, ...forward('b') }));
       this.views.push(b);
+    }
+    if (withAgg) {
+      const aggDir = join(dir, 'agg');
+      const { config, tokensFile } = await writeAggregatorConfig(aggDir, this.views.map((v) => v.name), this.int(5, 60));
+      this.agg = { dir: aggDir, worker: this.worker.aggregator(), open: { op: 'aggregate', config, tokensFile, port: this.world.aggPort } };
+      this.oracle.aggregator = { dir: aggDir };
+      await this.agg.worker.use(config, this.agg.open);
+      await this.aggUp();
     }
     for (const v of this.views) {
       await fsp.mkdir(v.dir, { recursive: true });
@@ -1204,6 +1355,7 @@ class Scenario {
     if (this.chance(0.2)) planned.push(() => this.episodeMove());
     if (this.chance(0.25)) planned.push(() => this.episodeDamage());
     if (two) planned.push(() => this.episodeSwitch());
+    if (withAgg) for (let i = this.int(1, 2); i > 0; i--) planned.push(() => this.episodeAggregator());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentPg());
     if (two && this.chance(0.75)) planned.push(() => this.episodeConcurrentIce());
     if (this.chance(0.35)) planned.push(() => this.episodePg());
@@ -1211,9 +1363,10 @@ class Scenario {
     // A restored backup in a few one-cache seeds, chosen by the seed's number (not its random stream: the
     // other seeds run as they did); SIM_EPISODE=restore forces it. A copied cache in a few others
     // (each costs a second cache's exports); SIM_EPISODE=clone forces it.
-    const restore = !two && (process.env.SIM_EPISODE === 'restore' || (process.env.SIM_EPISODE !== 'clone' && restoreSeed(this.seed)));
+    const restore = !two && !withAgg && (process.env.SIM_EPISODE === 'restore' || (process.env.SIM_EPISODE !== 'clone' && restoreSeed(this.seed)));
     if (restore) planned.push(() => this.episodeRestore());
-    else if (!two && (process.env.SIM_EPISODE === 'clone' || this.chance(0.07))) planned.push(() => this.episodeClone());
+    // Not beside an aggregator: a copy forwards as the original's client, which the oracle does not follow.
+    else if (!two && !withAgg && (process.env.SIM_EPISODE === 'clone' || this.chance(0.07))) planned.push(() => this.episodeClone());
     steps = Math.max(steps, planned.length + 2);
     const free = Array.from({ length: steps - 1 }, (_, i) => i + 1);
     const plan = new Map<number, () => Promise<WorkerOp | undefined>>();
@@ -1253,6 +1406,35 @@ class Scenario {
     }
   }
 
+  /**
+   * The aggregator's clean run, after every agent's: it exports until nothing
+   * is pending; its status must add up, no intent stays open, and every unit
+   * its sink holds has the digest of its cache's rows. Its gap goes to the
+   * oracle (the central sink's rows it may lack).
+   */
+  async settleAggregator(): Promise<void> {
+    const agg = this.agg!;
+    await this.aggUp();
+    const st = await settle(agg.worker, [AGG_SINK], this.problems, 'aggregator ');
+    this.oracle.aggregator = { dir: agg.dir, status: st };
+    for (const x of st.sinks) {
+      for (const p of x.partitions) {
+        const where = `aggregator ${x.name} ${p.source}`;
+        if (p.exportedRows + p.gapRows + p.pendingRows !== p.committedRows) {
+          this.problems.add('after the clean run', `${where}: exported ${p.exportedRows} + gap ${p.gapRows} + pending ${p.pendingRows} ≠ committed ${p.committedRows}`);
+        }
+        if (p.intent !== null) this.problems.add('after the clean run', `${where}: intent left open ${JSON.stringify(p.intent)}`);
+      }
+    }
+    const d = await agg.worker.send({ op: 'digests' });
+    if (!ok(d)) this.problems.add('clean run', `aggregator: its sink's units could not be read back for their digests: ${JSON.stringify(d).slice(0, 300)}`);
+    for (const u of (d as { units?: HeldDigest[] }).units ?? []) {
+      if (u.recorded !== u.cached) {
+        this.problems.add('after the clean run', `aggregator ${u.sink} ${u.source}: unit ${u.unit} (${u.since ?? 'start'}, ${u.until}] holds other rows than its cache: recorded digest ${u.recorded}, the cache's rows give ${u.cached}`);
+      }
+    }
+  }
+
   async cleanRun(): Promise<void> {
     this.when = 'clean run';
     this.notes = [];
@@ -1262,6 +1444,8 @@ class Scenario {
     this.world.setS3Rule(undefined);
     this.world.setPgRule(undefined);
     await this.worker.send({ op: 'disarm' });
+    await this.aggAfter();
+    await this.aggUp();
     await this.decide();
     await this.bringBack();
     for (const group of this.retries.splice(0)) {
@@ -1271,6 +1455,12 @@ class Scenario {
       await sendBatches(this.worker, this.ledger, left).then((a) => this.expect('ingest (retry)', a, false));
       await this.oracle.observe(this.cur);
     }
+    // Every ice seed compacts and expires the table once in its clean run: 40% before the caches settle (open
+    // intents recover, and the last units commit, on a table whose small files were rewritten and whose old
+    // snapshots are gone), the others once they settled (every unit in it, so most partitions have files to
+    // compact, and the final reads, ours and icebird's, are of that table). @ref LLP 0078, LLP 0082
+    const maintainLast = this.cur.sinks.includes(ICE_SINK) && !this.chance(0.4);
+    if (this.cur.sinks.includes(ICE_SINK) && !maintainLast) await this.maintainTables();
     const statuses = new Map<CacheView, StatusFacts>();
     const held = new Map<CacheView, HeldDigest[]>();
     // The other cache first, the open one last.
@@ -1283,6 +1473,8 @@ class Scenario {
       if (ok(d)) held.set(v, (d as { units?: HeldDigest[] }).units ?? []);
       else this.problems.add('clean run', `cache ${v.name}: the destinations' units could not be read back for their digests: ${JSON.stringify(d).slice(0, 300)}`);
     }
+    if (this.agg) await this.settleAggregator();
+    if (maintainLast) await this.maintainTables();
     this.checkDigests(held);
     const label = this.label;
     await this.oracle.final(
@@ -1297,6 +1489,11 @@ class Scenario {
 /** About one seed in 16 restores a backup: a hash of its number, so the seeds that do not run as before. */
 function restoreSeed(seed: number): boolean {
   return Math.imul(seed, 0x9e3779b1) >>> 28 === 5;
+}
+
+/** About one seed in 10 runs the aggregator tier: a hash of its number, as for restores. @ref LLP 0082 */
+function aggSeed(seed: number): boolean {
+  return (Math.imul(seed, 0x2c1b3c6d) >>> 16) % 10 === 3;
 }
 
 function describe(op: WorkerOp): string {
@@ -1336,6 +1533,13 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
     s.problems.add('', `harness: ${(e as Error).stack}`);
   } finally {
     await s.restore().catch(() => undefined);
+    // The lane's aggregator stops with its seed (the next seed's opens another cache on the same port).
+    // A death it had since its last operation is this seed's (counted, and a problem unless a fault point's).
+    if (s.agg) {
+      s.agg.worker.reap();
+      for (const u of s.agg.worker.takeUnexpected()) s.problems.add('after the clean run', `aggregator: ${u}`);
+      await s.agg.worker.release().catch(() => undefined);
+    }
     world.setReceiverLimit(undefined);
     world.setReceiverRule(undefined);
     world.setS3Rule(undefined);
@@ -1353,6 +1557,11 @@ export async function runSeed(seed: number, world: World, worker: Worker): Promi
     problems: s.problems.list,
     steps,
     crashes: worker.allCrashes,
-    replay: `npx tsx test/sim/main.ts --seeds 1 --start ${seed}`,
+    aggCrashes: worker.aggCrashes,
+    agg: s.agg !== undefined,
+    compactions: s.compactions,
+    expiries: s.expiries,
+    // A forced episode is part of the seed's run: the replay forces it too.
+    replay: `${process.env.SIM_EPISODE ? `SIM_EPISODE=${process.env.SIM_EPISODE} ` : ''}npx tsx test/sim/main.ts --seeds 1 --start ${seed}`,
   };
 }

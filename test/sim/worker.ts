@@ -19,6 +19,8 @@ import { type IngestOptions, ingestNdjson } from '../../kernel/ingest/ingest.js'
 import { createLogger } from '../../kernel/log.js';
 import { Hypsink } from '../../kernel/runtime.js';
 import { unitDigest } from '../../kernel/sinks/digest.js';
+import { type Aggregate, openAggregate } from '../../kernel/receiver/aggregate.js';
+import { type Receiver, startReceiver } from '../../kernel/receiver/server.js';
 
 export interface IngestPart {
   readonly batchId: string;
@@ -27,6 +29,12 @@ export interface IngestPart {
 
 export type WorkerOp =
   | { op: 'open'; config: string }
+  /**
+   * Open the config's cache as an aggregator: `hypsink receiver --config` in
+   * this process (openAggregate + the receiver on `port`, its sinks' daemon
+   * running), the cache the other ops then act on. @ref LLP 0074, LLP 0082
+   */
+  | { op: 'aggregate'; config: string; tokensFile: string; port: number }
   /** Close the open cache (and its lock); the process waits for the next `open`. */
   | { op: 'close' }
   | { op: 'arm'; point: string; at: number; action?: 'kill' | 'throw' }
@@ -68,6 +76,20 @@ type Kernel = Hypsink & {
 };
 
 let k: Kernel | undefined;
+/** The receiver and its aggregate while this process is an aggregator. */
+let aggregator: { recv: Receiver; agg: Aggregate } | undefined;
+
+/** The receiver first (no new batch), then its sinks' daemon, then the kernel: as `hypsink receiver` stops. */
+async function closeAll(): Promise<void> {
+  const a = aggregator;
+  aggregator = undefined;
+  if (a) {
+    await a.recv.close();
+    await a.agg.close();
+  }
+  await k?.close();
+  k = undefined;
+}
 
 const errText = (e: unknown) => `${(e as Error).name}: ${(e as Error).message}`;
 
@@ -94,14 +116,25 @@ async function run(m: WorkerOp): Promise<unknown> {
       return { ok: true };
     }
     case 'close':
-      await k?.close();
-      k = undefined;
+      await closeAll();
       return { ok: true };
     case 'open':
-      await k?.close();
-      k = undefined;
+      await closeAll();
       k = (await Hypsink.open(await loadConfig(m.config), { log: createLogger('silent') })) as Kernel;
       return { ok: true };
+    case 'aggregate': {
+      await closeAll();
+      k = (await Hypsink.open(await loadConfig(m.config), { log: createLogger('silent') })) as Kernel;
+      const agg = await openAggregate(k);
+      try {
+        const recv = await startReceiver({ port: m.port, dataDir: agg.ledgerDir, tokensFile: m.tokensFile, cache: agg.cache, log: createLogger('silent') });
+        aggregator = { recv, agg };
+      } catch (e) {
+        await agg.close();
+        throw e;
+      }
+      return { ok: true };
+    }
     case 'arm':
       process.env.HYPSINK_FAULT = m.point;
       process.env.HYPSINK_FAULT_AT = String(m.at);
@@ -245,7 +278,7 @@ lines.on('line', (line) => {
 });
 lines.on('close', () => {
   void chain.then(async () => {
-    await k?.close();
+    await closeAll();
     process.exit(0);
   });
 });

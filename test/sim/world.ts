@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { LEDGER_FILE, type LedgerEntry, startReceiver, type Receiver } from '../../fixtures/receiver/server.js';
 import pg from 'pg';
 import { type FaultProxy, type FaultRule, startFaultProxy } from '../support/fault-proxy.js';
-import { type TestPg, testPg } from '../support/pg.js';
+import { freePort, type TestPg, testPg } from '../support/pg.js';
 import { startS3Server, type TestS3Server, useS3rverCredentials } from '../support/s3server.js';
 import { startTcpProxy, type TcpProxy, type TcpRule } from '../support/tcp-proxy.js';
 import { PG_TABLE_DDL } from './pg.js';
@@ -27,6 +27,14 @@ export interface World {
   readonly receiverProxy: FaultProxy;
   readonly receiverDir: string;
   readonly token: string;
+  /**
+   * The port this lane's aggregator (`hypsink receiver --config`, in a worker
+   * process of the lane) listens on: the same one across its restarts, so the
+   * agents' config names it once. @ref LLP 0074, LLP 0082
+   */
+  readonly aggPort: number;
+  /** A proxy in front of that port with the receiver proxy's rule and limit: the agents' forward sinks post here. */
+  readonly aggProxy: FaultProxy;
   setS3Rule(rule: FaultRule | undefined): void;
   setReceiverRule(rule: FaultRule | undefined): void;
   /** A proxy in front of the receiver whose limit was lowered: bodies over `bytes` get 413 (undefined lifts it). */
@@ -122,24 +130,25 @@ async function view(shared: Shared, lanes: Map<number, Promise<World>>, owned: {
   let limit: number | undefined;
   let lastPost = 0;
   const s3Proxy = await startFaultProxy({ target: shared.s3.endpoint, rule: (r) => s3Rule?.(r) });
-  const receiverProxy = await startFaultProxy({
-    target: shared.receiver.url,
-    rule: (r) => {
-      if (r.method === 'POST') {
-        const bytes = Number(r.headers['content-length'] ?? 0);
-        lastPost = bytes;
-        if (limit !== undefined && bytes > limit) {
-          return { kind: 'respond', status: 413, headers: { 'content-type': 'text/plain' }, body: `proxy: body of ${bytes} bytes over the limit of ${limit}` };
-        }
+  // One rule for the receiver and the aggregator: a seed forwards to one of them.
+  const forwardRule: FaultRule = (r) => {
+    if (r.method === 'POST') {
+      const bytes = Number(r.headers['content-length'] ?? 0);
+      lastPost = bytes;
+      if (limit !== undefined && bytes > limit) {
+        return { kind: 'respond', status: 413, headers: { 'content-type': 'text/plain' }, body: `proxy: body of ${bytes} bytes over the limit of ${limit}` };
       }
-      return recvRule?.(r);
-    },
-  });
+    }
+    return recvRule?.(r);
+  };
+  const receiverProxy = await startFaultProxy({ target: shared.receiver.url, rule: forwardRule });
+  const aggPort = await freePort();
+  const aggProxy = await startFaultProxy({ target: `http://127.0.0.1:${aggPort}`, rule: forwardRule });
   const direct = new URL(shared.pgDirectUrl);
   const pgProxy = await startTcpProxy({ target: { host: direct.hostname, port: Number(direct.port) } });
   const proxied = new URL(shared.pgDirectUrl);
   proxied.host = `${pgProxy.host}:${pgProxy.port}`;
-  owned.push(s3Proxy, receiverProxy, pgProxy);
+  owned.push(s3Proxy, receiverProxy, aggProxy, pgProxy);
   const w: World = {
     s3: shared.s3,
     s3Proxy,
@@ -147,6 +156,8 @@ async function view(shared: Shared, lanes: Map<number, Promise<World>>, owned: {
     receiverProxy,
     receiverDir: shared.receiverDir,
     token: shared.token,
+    aggPort,
+    aggProxy,
     setS3Rule: (r) => {
       s3Rule = r;
     },
