@@ -593,7 +593,6 @@ export class Cache {
     return moved;
   }
 
-
   /**
    * Flush every spool with something to flush. A spool held by its ingest in
    * another process is passed by: that ingest flushes it (and if it dies, its

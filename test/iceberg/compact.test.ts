@@ -185,24 +185,32 @@ test('4 writers append while 2 maintainers compact and expire: every row once wi
   }
 });
 
-/** The real local-fs destination, its create of the table's version `held()` held at `gate`, once. */
-function heldCommit(inner: BlobDestination, held: () => string, arrived: () => void, gate: Promise<void>): BlobDestination {
+/**
+ * The real local-fs destination, its first `op` (a create, a read) of a key
+ * `match` accepts held at `gate`, once, after `arrived()`.
+ */
+function heldOnce(inner: BlobDestination, op: 'putIfAbsent' | 'get', match: (key: string) => boolean, arrived: () => void, gate: Promise<void>): BlobDestination {
   let once = false;
+  const hold = async (key: string) => {
+    if (once || !match(key)) return;
+    once = true;
+    arrived();
+    await gate;
+  };
   return {
     ...inner,
     describe: inner.describe.bind(inner),
     close: inner.close.bind(inner),
     locate: inner.locate!.bind(inner),
     list: inner.list!.bind(inner),
-    get: inner.get!.bind(inner),
     remove: inner.remove!.bind(inner),
     replace: inner.replace!.bind(inner),
+    async get(key, opts) {
+      if (op === 'get') await hold(key);
+      return inner.get!(key, opts);
+    },
     async putIfAbsent(key, body, opts) {
-      if (!once && key === held()) {
-        once = true;
-        arrived();
-        await gate;
-      }
+      if (op === 'putIfAbsent') await hold(key);
       return inner.putIfAbsent(key, body, opts);
     },
   };
@@ -226,7 +234,7 @@ function heldMaintainer(lake: string, table: string) {
     return `events/metadata/v${v + 1}.metadata.json`;
   };
   let target = '';
-  const destination = heldCommit(inner, () => target, arrived, gate);
+  const destination = heldOnce(inner, 'putIfAbsent', (key) => key === target, arrived, gate);
   const store = new TableStore('events', destination, 'lake', log as never);
   let id = 1;
   const run = () => {
@@ -378,29 +386,6 @@ test('replaced files expire like any other: once the snapshots that read them ar
   }
 });
 
-/** The real local-fs destination, its first read of a manifest list held at `gate` (after `arrived()`). */
-function heldListRead(inner: BlobDestination, arrived: () => void, gate: Promise<void>): BlobDestination {
-  let once = false;
-  return {
-    ...inner,
-    describe: inner.describe.bind(inner),
-    close: inner.close.bind(inner),
-    locate: inner.locate!.bind(inner),
-    list: inner.list!.bind(inner),
-    remove: inner.remove!.bind(inner),
-    replace: inner.replace!.bind(inner),
-    putIfAbsent: inner.putIfAbsent.bind(inner),
-    async get(key, opts) {
-      if (!once && /\/metadata\/snap-[^/]*\.avro$/.test(key)) {
-        once = true;
-        arrived();
-        await gate;
-      }
-      return inner.get!(key, opts);
-    },
-  };
-}
-
 /** A maintainer run (`run(store, destination)`) over the real local-fs, held at its first manifest list read; `there` once it is. */
 function heldReader<T>(lake: string, run: (store: TableStore, destination: BlobDestination) => Promise<T>) {
   let release!: () => void;
@@ -411,7 +396,7 @@ function heldReader<T>(lake: string, run: (store: TableStore, destination: BlobD
   const there = new Promise<void>((r) => {
     arrived = r;
   });
-  const destination = heldListRead(localFs(lake), arrived, gate);
+  const destination = heldOnce(localFs(lake), 'get', (key) => /\/metadata\/snap-[^/]*\.avro$/.test(key), arrived, gate);
   const done = run(new TableStore('events', destination, 'lake', log as never), destination);
   done.catch(() => undefined);
   return { done, there, release };
