@@ -74,7 +74,12 @@ function casesFor(point: string): Case[] {
  * read back (icebird, avsc): they are crashed in test/iceberg/crash.test.ts, on
  * local-fs and S3, which discovers every `iceberg.` point and fails without a case.
  */
-const ELSEWHERE = ['names.', 'iceberg.'];
+/**
+ * The multi-aggregator claim's points need a claim table and two aggregators: they are crashed in
+ * test/receiver/multi-aggregator.test.ts (LLP 0080); here a file receiver never reaches them, and their
+ * case waited for a crash that never came until the test's 20-minute bound.
+ */
+const ELSEWHERE = ['names.', 'iceberg.', 'receiver.afterClaim', 'receiver.afterHold', 'receiver.afterStored'];
 
 const ALL_CASES = Object.keys(FAULT_POINTS)
   .filter((p) => !ELSEWHERE.some((x) => p.startsWith(x)))
