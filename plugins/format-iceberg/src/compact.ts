@@ -23,7 +23,7 @@ import type { BlobDestination, ColumnType } from 'hypsink/plugin';
 import { HypsinkError } from 'hypsink/plugin';
 import { type DataFile, decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
 import { compareBytes, type DataFilePlan, parquet } from './datafile.js';
-import { liveEntries } from './merge.js';
+import { carried, liveEntries } from './merge.js';
 import type { IcebergSchema, IcebergType, PartitionSpec } from './schema.js';
 import { summaryOf } from './summary.js';
 import { currentSchema, currentSnapshot, currentSpec, type Head, namedIn, nextVersion, type Snapshot, type TableStore } from './table.js';
@@ -67,6 +67,7 @@ async function liveOf(store: TableStore, head: Head, spec: PartitionSpec, signal
   const manifests = [];
   for (const file of files) {
     store.keyOf(file.manifestPath, `manifest list ${list}`);
+    if (!carried(file)) continue; // an earlier compaction's leftovers: not read, not listed again @ref LLP 0084
     // Delete manifests and manifests of another spec are carried on unread: nothing in them is compacted.
     const mine = file.content === 0 && file.partitionSpecId === spec['spec-id'];
     manifests.push({ file, entries: mine ? await liveEntries(store, file, list, signal) : null });

@@ -8,8 +8,10 @@
  * own snapshot. Entries carried into a merged manifest keep the snapshot id
  * and the sequence numbers they were committed with, written out (no longer
  * inherited), as EXISTING; DELETED entries are dropped (they speak only for
- * the snapshot that deleted the file).
- * @ref LLP 0072
+ * the snapshot that deleted the file). A parent's data manifest with no live
+ * entry (a compaction's leftovers, LLP 0078) is not carried at all, merge or
+ * no merge: otherwise one at the target size would be listed forever.
+ * @ref LLP 0072, LLP 0084
  */
 import { randomUUID } from 'node:crypto';
 import type { BlobDestination } from 'hypsink/plugin';
@@ -72,7 +74,8 @@ export interface MergeInput {
  * Only data manifests of the current spec merge (one spec per manifest).
  */
 export async function carryOver(x: MergeInput): Promise<Merged> {
-  const { rule, base } = x;
+  const { rule } = x;
+  const base = x.base.filter(carried);
   const small = (f: ManifestFile) => f.content === 0 && f.partitionSpecId === x.spec['spec-id'] && f.manifestLength < rule.targetBytes;
   const candidates = base.filter(small);
   // This unit's own manifest counts towards the threshold, as in Iceberg's writers, though it is not merged itself.
@@ -138,6 +141,18 @@ export async function carryOver(x: MergeInput): Promise<Merged> {
     else if (r !== null) manifests.push(r);
   }
   return { manifests, written, read };
+}
+
+/**
+ * Whether a parent's manifest goes into a later snapshot's list: not a data
+ * manifest whose every entry is DELETED (its counts say so, unread). Its
+ * deletes were the snapshot's that wrote it, which still lists it; a later
+ * list names the table's live files, and no reader or expiry needs a DELETED
+ * entry there (Iceberg's writers drop these manifests likewise).
+ * @ref LLP 0084
+ */
+export function carried(f: ManifestFile): boolean {
+  return f.content !== 0 || f.addedFilesCount + f.existingFilesCount > 0;
 }
 
 /**
