@@ -496,7 +496,9 @@ export class Cache {
         if (e.code !== 'ENOENT') throw e;
       });
     });
-    return this.flushTable(ref);
+    const r = await this.flushTable(ref);
+    await this.retireBatch(ref);
+    return r;
   }
 
   /**
@@ -560,10 +562,28 @@ export class Cache {
     return out;
   }
 
+  /**
+   * After a batch's ingest: remove its spool once the batch is recorded as
+   * committed (nothing of it left to flush). Kept until maintenance's sweep,
+   * every batch spool cost each later commit of the partition a look (the
+   * manifest's spool entries) and each flushAll a visit: an aggregator's
+   * cache, one spool per forwarded batch, slowed with every batch between
+   * sweeps. Not removed (busy, held, not yet committed, or the removal
+   * failed): the sweep removes it later, as before. Whether it went.
+   * @ref LLP 0085
+   */
+  async retireBatch(ref: SpoolRef): Promise<boolean> {
+    if (!BATCH_SPOOL.test(ref.id) || !(await exists(this.batchRecordPath(ref)))) return false;
+    // A removal that fails loses nothing (the batch is committed and recorded): the sweep tries again.
+    return this.removeSpool(ref).catch(() => false);
+  }
+
   /** Remove a committed batch's spool, if nobody holds it and it holds no frame: one rename, then the removal. */
   private removeSpool(ref: SpoolRef): Promise<boolean> {
-    // Busy (a retry of the batch): removed by a later pass.
-    return this.moveSpoolAway(ref, 'try', async (spool) => (await spool.sealed()).length === 0 && !(await spool.hasCurrent()));
+    // Busy (a retry of the batch): removed by a later pass. The ingest's order: the batch, then the spool.
+    return this.batchMutex.run(this.spool(ref).key, () =>
+      this.moveSpoolAway(ref, 'try', async (spool) => (await spool.sealed()).length === 0 && !(await spool.hasCurrent())),
+    );
   }
 
   /**
@@ -576,10 +596,15 @@ export class Cache {
     let moved = false;
     const lock = spool.processLock;
     try {
-      await (how === 'try' ? lock.tryWith.bind(lock) : lock.with.bind(lock))('remove', async () => {
-        if (!(await ok(spool))) return;
-        await fsp.rename(spool.dir, trash);
-        moved = true;
+      // Under the spool's mutex as a flush is: the process lock is re-entrant within a process, so a flush here
+      // (flushAll, the daemon's) holding it would not keep the spool from moving away under it.
+      await this.spoolMutex.run(spool.key, async () => {
+        await (how === 'try' ? lock.tryWith.bind(lock) : lock.with.bind(lock))('remove', async () => {
+          if (!(await ok(spool))) return;
+          await fsp.rename(spool.dir, trash);
+          moved = true;
+          fault('batch.afterSpoolMovedAway');
+        });
       });
     } catch (e) {
       // The lock's own folder went with the rename: releasing it may say it was lost.

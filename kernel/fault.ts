@@ -22,6 +22,7 @@ export const FAULT_POINTS = {
   'flush.afterManifest': 'the manifest lists the new file (commit point), the segment still exists',
   'flush.afterCommitAll': 'every partition of a segment committed, the segment not yet deleted',
   'flush.afterBatchRecord': "a batch's last row is committed and the batch recorded as committed, the command not yet answered",
+  'batch.afterSpoolMovedAway': "a batch's spool (committed, or held and dropped) is renamed out of the way (.trash-…), not yet removed",
   'partition.afterCursor': 'a new partition cursor is written',
   'names.afterRename': 'a name made under the first name rule is renamed to the current one, others not yet',
   'retention.afterNewGeneration': 'retention wrote generation n+1, the cursor still names n',

@@ -139,6 +139,8 @@ export async function ingestNdjson(
   } catch (e) {
     throw failedIngest(e, result, durable, opts.batchId !== undefined);
   }
+  // Committed: its record answers a retry, its spool is of no more use. @ref LLP 0085
+  await k.cache.retireBatch(spool);
   return result;
 }
 

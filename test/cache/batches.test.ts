@@ -1,6 +1,7 @@
 /**
  * Batches in the cache (issue 12): a committed batch's spool is removed by
- * maintenance while its record keeps a retry idempotent; the record goes once
+ * its ingest (LLP 0085), or else by maintenance, while its record keeps a
+ * retry idempotent; the record goes once
  * the cache holds none of its rows; manifests keep a `spools` entry only for a
  * spool that still exists (they used to keep one per ingest forever).
  * @ref LLP 0021: idempotent ingest
@@ -25,11 +26,18 @@ test('maintenance removes committed batch spools, trims manifest spool entries, 
   const { k } = await openKernel(config);
   const web = join(dir, '.hypsink/cache/datasets/events/source=web');
   try {
-    for (let b = 0; b < 3; b++) await ingestNdjson(k, 'events', 'web', lines(1 + 5 * b, 5), 't', { batchId: `b${b}` });
-    assert.equal(Object.keys((await currentManifest(web)).manifest.spools).length, 3, 'one entry per batch so far');
     const spools = () => fsp.readdir(join(dir, '.hypsink/cache/spools/events'));
-    assert.equal((await spools()).length, 3);
+    // A committed batch's spool goes with its ingest (LLP 0085): a cache fed many batches between sweeps (an
+    // aggregator's) keeps no spool per batch, and each commit looks at the entries of spools that remain.
+    for (let b = 0; b < 3; b++) {
+      await ingestNdjson(k, 'events', 'web', lines(1 + 5 * b, 5), 't', { batchId: `b${b}` });
+      assert.deepEqual(await spools(), [], `batch b${b}: its spool stayed after its commit`);
+    }
+    assert.equal(Object.keys((await currentManifest(web)).manifest.spools).length, 1, "only the last batch's entry: the others' spools are gone");
 
+    // A spool left by an ingest that could not remove it (busy, or a crash before): maintenance removes it.
+    await k.cache.withBatch(k.cache.batchSpool('events', 'b0'), async () => undefined);
+    assert.equal((await spools()).length, 1);
     // No sink has exported: retention keeps every row, but the committed batches' spools go.
     await k.maintain({ retention: true });
     assert.deepEqual(await spools(), []);
@@ -38,6 +46,7 @@ test('maintenance removes committed batch spools, trims manifest spool entries, 
     // A retry of a batch whose spool is gone is still acknowledged: its record stays.
     const again = await ingestNdjson(k, 'events', 'web', lines(1, 5), 't', { batchId: 'b0' });
     assert.equal(again.duplicate, true);
+    assert.deepEqual(await spools(), [], 'a retry acknowledged as a duplicate leaves no spool either');
     const records = () => fsp.readdir(join(dir, '.hypsink/cache/batches/events'));
     assert.equal((await records()).length, 4);
 

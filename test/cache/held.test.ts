@@ -45,6 +45,11 @@ test('a held batch commits only once released; a dropped one never, and its id i
     const fresh = await ingestNdjson(k, 'events', 'web', lines(6, 5), 't', { batchId: 'h2' });
     assert.deepEqual([fresh.duplicate, fresh.accepted], [false, 5], 'a dropped batch is new again');
     assert.equal(await pending(), 10);
+    // Committed, its spool gone with its ingest (LLP 0085): a drop finds nothing to remove and removes no row.
+    await k.cache.dropBatch(ref2);
+    assert.equal(await pending(), 10);
+    // A spool there and not held (as a retry that found the batch committed leaves it until it is retired): refused.
+    await k.cache.withBatch(ref2, async () => undefined);
     await assert.rejects(k.cache.dropBatch(ref2), /is not held/, 'a batch not held is never dropped');
   } finally {
     await k.close();

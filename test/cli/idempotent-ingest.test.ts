@@ -50,13 +50,20 @@ test('a host killed after the commit, before the answer, retries with the same b
   const file = join(dir, 'rows.ndjson');
   await fsp.writeFile(file, eventLines(1, 7));
   const args = ['ingest', 'events', '--source', 'web', '--file', file, '--batch-id', 'b-7', '--config', config];
-  for (const point of ['flush.afterManifest', 'flush.afterBatchRecord']) {
+  // The last: a try that found the batch committed is killed as it moves the batch's spool away (LLP 0085).
+  for (const point of ['flush.afterManifest', 'flush.afterBatchRecord', 'batch.afterSpoolMovedAway']) {
     const killed = await runBin(args, { env: { HYPSINK_FAULT: point } });
     assert.equal(killed.signal, 'SIGKILL', `${point}: ${killed.stderr}`);
   }
+  const spools = join(dir, '.hypsink/cache/spools/events');
+  assert.match((await fsp.readdir(spools)).join(' '), /^\.trash-\S+$/, 'the crash left the spool moved away, not removed');
   const retry = await runBin(args);
   assert.equal(retry.code, 0, retry.stderr);
   assert.match(retry.stdout, /acknowledged again, nothing added/);
+  assert.deepEqual(await exported(dir, config), ids(1, 7));
+  // Maintenance removes what the crash left; no spool of the batch is left behind.
+  assert.equal((await runBin(['maintain', '--config', config])).code, 0);
+  assert.deepEqual(await fsp.readdir(spools), []);
   assert.deepEqual(await exported(dir, config), ids(1, 7));
 });
 

@@ -50,7 +50,7 @@ const ICE_MAINTAIN_POINTS = ['iceberg.afterCompactFiles', 'iceberg.afterReplaceC
 const POINTS = Object.keys(FAULT_POINTS);
 const starting = (...prefixes: string[]) => POINTS.filter((p) => prefixes.some((x) => p.startsWith(x)));
 export const POINTS_BY_OP: Record<string, string[]> = {
-  ingest: starting('alloc.', 'spool.', 'flush.', 'partition.'),
+  ingest: starting('alloc.', 'spool.', 'flush.', 'partition.', 'batch.'),
   'export files': starting('export.', 'localfs.'),
   'export lake': starting('export.', 's3.'),
   'export central': starting('export.'),

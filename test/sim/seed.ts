@@ -124,7 +124,7 @@ const BLOB: readonly ('files' | 'lake')[] = ['files', 'lake'];
  * seq block reserved, a partition's first cursor): an aggregator armed there
  * would seldom die. @ref LLP 0082
  */
-const AGG_INGEST = ['spool.afterAppend', 'spool.afterSeal', 'flush.afterDataFile', 'flush.afterManifest', 'flush.afterCommitAll', 'flush.afterBatchRecord'];
+const AGG_INGEST = ['spool.afterAppend', 'spool.afterSeal', 'flush.afterDataFile', 'flush.afterManifest', 'flush.afterCommitAll', 'flush.afterBatchRecord', 'batch.afterSpoolMovedAway'];
 const AGG_EXPORT = ['export.afterIntent', 'export.afterShip', 'export.afterAdvance', 'localfs.afterTemp', 'localfs.afterLink', 'localfs.afterRecord'];
 const AGG_POINTS = [
   ...Array<string>(AGG_INGEST.length + AGG_EXPORT.length).fill('receiver.afterData'),
