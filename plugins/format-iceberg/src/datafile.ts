@@ -70,27 +70,89 @@ export function compareBytes(a: Uint8Array, b: Uint8Array): number {
   return a.length - b.length;
 }
 
-/** Count rows `rows` of column data `d` into `s`. */
-function countColumn(s: ColumnStats, type: IcebergType, d: Data, rows: readonly number[]): void {
-  for (const i of rows) {
-    s.values++;
-    if (!isValid(d, i)) {
+/** a[as..ae) against b, as compareBytes, without a view per row. */
+function compareRange(a: Uint8Array, as: number, ae: number, b: Uint8Array, bs: number, be: number): number {
+  const n = Math.min(ae - as, be - bs);
+  for (let i = 0; i < n; i++) {
+    const d = a[as + i]! - b[bs + i]!;
+    if (d !== 0) return d;
+  }
+  return ae - as - (be - bs);
+}
+
+/**
+ * Count rows [from, to) of column data `d` into `s`: the minimum and maximum
+ * found by index within the range (no allocation per row: a 64-bit value is
+ * compared by its two 32-bit halves, a string in place), then taken as a
+ * value once. Every row of a unit passes here. @ref LLP 0086
+ */
+function countRange(s: ColumnStats, type: IcebergType, d: Data, from: number, to: number): void {
+  s.values += to - from;
+  const all = d.nullCount === 0 || d.nullBitmap === undefined;
+  let lo = -1;
+  let hi = -1;
+  if (type === 'string') {
+    const o = d.valueOffsets as Int32Array;
+    const v = d.values as Uint8Array;
+    for (let i = from; i < to; i++) {
+      if (!all && !isValid(d, i)) {
+        s.nulls++;
+        continue;
+      }
+      if (lo < 0) {
+        lo = hi = i;
+        continue;
+      }
+      if (compareRange(v, o[i]!, o[i + 1]!, v, o[lo]!, o[lo + 1]!) < 0) lo = i;
+      else if (compareRange(v, o[i]!, o[i + 1]!, v, o[hi]!, o[hi + 1]!) > 0) hi = i;
+    }
+    if (lo < 0) return;
+    const min = v.subarray(o[lo]!, o[lo + 1]!);
+    const max = v.subarray(o[hi]!, o[hi + 1]!);
+    if (s.min === undefined || compareBytes(min, s.min as Uint8Array) < 0) s.min = min.slice();
+    if (s.max === undefined || compareBytes(max, s.max as Uint8Array) > 0) s.max = max.slice();
+    return;
+  }
+  if (type === 'long' || type === 'timestamptz') {
+    const big = d.values as BigInt64Array;
+    // Little-endian halves: [2i] the low 32 bits (unsigned), [2i + 1] the high (signed).
+    const h = new Int32Array(big.buffer, big.byteOffset, big.length * 2);
+    for (let i = from; i < to; i++) {
+      if (!all && !isValid(d, i)) {
+        s.nulls++;
+        continue;
+      }
+      if (lo < 0) {
+        lo = hi = i;
+        continue;
+      }
+      const ih = h[2 * i + 1]!;
+      const il = h[2 * i]! >>> 0;
+      const mh = h[2 * lo + 1]!;
+      if (ih < mh || (ih === mh && il < h[2 * lo]! >>> 0)) lo = i;
+      else {
+        const xh = h[2 * hi + 1]!;
+        if (ih > xh || (ih === xh && il > h[2 * hi]! >>> 0)) hi = i;
+      }
+    }
+    if (lo < 0) return;
+    const min = big[lo]!;
+    const max = big[hi]!;
+    if (s.min === undefined || min < (s.min as bigint)) s.min = min;
+    if (s.max === undefined || max > (s.max as bigint)) s.max = max;
+    return;
+  }
+  for (let i = from; i < to; i++) {
+    if (!all && !isValid(d, i)) {
       s.nulls++;
       continue;
     }
-    let v: bigint | number | boolean | Uint8Array;
-    if (type === 'string') {
-      const o = d.valueOffsets as Int32Array;
-      const bytes = (d.values as Uint8Array).subarray(o[i]!, o[i + 1]!);
-      if (s.min === undefined || compareBytes(bytes, s.min as Uint8Array) < 0) s.min = bytes.slice();
-      if (s.max === undefined || compareBytes(bytes, s.max as Uint8Array) > 0) s.max = bytes.slice();
-      continue;
-    }
+    let v: number | boolean;
     if (type === 'boolean') {
       const bit = d.offset + i;
       v = (((d.values as Uint8Array)[bit >> 3]! >> (bit & 7)) & 1) === 1;
     } else {
-      v = (d.values as BigInt64Array | Float64Array)[i]!;
+      v = (d.values as Float64Array)[i]!;
       if (type === 'double' && Number.isNaN(v)) {
         s.nans++;
         continue;
@@ -207,21 +269,24 @@ async function* pass(unit: Unit, plan: FilePlan, shape: BatchShape, want: Day | 
     const data = columnsOf(b, plan.columns);
     const days = dayIndex < 0 ? null : daysOf(data[dayIndex]!, b.numRows);
     if (stats) {
-      const rowsByDay = new Map<Day, number[]>();
-      for (let i = 0; i < b.numRows; i++) {
-        const day = days ? days[i]! : null;
-        const rows = rowsByDay.get(day);
-        if (rows) rows.push(i);
-        else rowsByDay.set(day, [i]);
-      }
-      for (const [day, rows] of rowsByDay) {
+      // Runs of rows of one day (the whole batch, mostly): each counted as a range.
+      const count = (day: Day, from: number, to: number) => {
         let s = stats.get(day);
         if (!s) {
           s = new FileStats(plan.columns.length);
           stats.set(day, s);
         }
-        s.rows += rows.length;
-        for (let j = 0; j < plan.columns.length; j++) countColumn(s.columns[j]!, types[j]!, data[j]!, rows);
+        s.rows += to - from;
+        for (let j = 0; j < plan.columns.length; j++) countRange(s.columns[j]!, types[j]!, data[j]!, from, to);
+      };
+      if (!days) count(null, 0, b.numRows);
+      else {
+        let start = 0;
+        for (let i = 1; i <= days.length; i++) {
+          if (i < days.length && days[i] === days[start]) continue;
+          count(days[start]!, start, i);
+          start = i;
+        }
       }
     }
     if (!days) {
