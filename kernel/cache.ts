@@ -633,6 +633,8 @@ export class Cache {
       const r = await this.flushTable(ref, { skipBusy: true });
       all.segments += r.segments;
       all.partitions.push(...r.partitions);
+      // A batch this flush completed (one a crash left spooled, committed at open): its spool goes now. @ref LLP 0085
+      await this.retireBatch(ref);
     }
     return all;
   }

@@ -609,9 +609,17 @@ export function buildProgram(io: Out = stdio): Command {
     io.out(`receiver listening on ${r.url} (${agg ? `${agg.cache.describe}; ledger in ${data}` : `data in ${data}`})${auth}`);
     const onHup = () => void r.reload();
     process.on('SIGHUP', onHup);
+    let stop: (signal: NodeJS.Signals) => void = () => undefined;
     await new Promise<void>((done) => {
+      let stopping = false;
       // The receiver first (no new batch), then the sinks drain as `hypsink run`'s do.
-      const stop = () =>
+      stop = (signal) => {
+        if (stopping) {
+          // Asked twice: exit now, as safe as a crash (answered batches are durable in their spools).
+          log.warn({ signal }, `second ${signal}: exiting now without waiting for the drain`);
+          process.exit(128 + (signal === 'SIGINT' ? 2 : 15));
+        }
+        stopping = true;
         void r
           .close()
           .catch((e: Error) => log.error({ err: e.message }, 'receiver close failed'))
@@ -620,9 +628,14 @@ export function buildProgram(io: Out = stdio): Command {
             log.error({ err: e.message }, 'sinks did not drain');
             done();
           });
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
+      };
+      // `on`, not `once`: a lock held at the signal (proper-lockfile's signal-exit) re-raises the signal,
+      // killing the drain, when it finds itself the only listener, as it does once a `once` listener is spent.
+      process.on('SIGINT', stop);
+      process.on('SIGTERM', stop);
     });
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
     process.off('SIGHUP', onHup);
   });
 

@@ -11,6 +11,7 @@ import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
+import { resetFaultHits } from '../../kernel/fault.js';
 import { ingestNdjson } from '../../kernel/ingest/ingest.js';
 import { eventLines, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { tempDir } from '../support/tmp.js';
@@ -35,6 +36,21 @@ test('maintenance removes committed batch spools, trims manifest spool entries, 
     }
     assert.equal(Object.keys((await currentManifest(web)).manifest.spools).length, 1, "only the last batch's entry: the others' spools are gone");
 
+    // A batch whose ingest's flush failed after its commit point: the next flush completes it, and its spool goes then.
+    process.env.HYPSINK_FAULT = 'flush.afterManifest';
+    process.env.HYPSINK_FAULT_ACTION = 'throw';
+    try {
+      await assert.rejects(ingestNdjson(k, 'events', 'web', lines(100, 5), 't', { batchId: 'cut' }), /injected failure/);
+    } finally {
+      delete process.env.HYPSINK_FAULT;
+      delete process.env.HYPSINK_FAULT_ACTION;
+      resetFaultHits();
+    }
+    assert.equal((await spools()).length, 1, 'its spool stays while its end is not recorded');
+    await k.flush();
+    assert.deepEqual(await spools(), [], 'the flush that completed the batch removed its spool');
+    assert.equal((await ingestNdjson(k, 'events', 'web', lines(100, 5), 't', { batchId: 'cut' })).duplicate, true);
+
     // A spool left by an ingest that could not remove it (busy, or a crash before): maintenance removes it.
     await k.cache.withBatch(k.cache.batchSpool('events', 'b0'), async () => undefined);
     assert.equal((await spools()).length, 1);
@@ -48,7 +64,7 @@ test('maintenance removes committed batch spools, trims manifest spool entries, 
     assert.equal(again.duplicate, true);
     assert.deepEqual(await spools(), [], 'a retry acknowledged as a duplicate leaves no spool either');
     const records = () => fsp.readdir(join(dir, '.hypsink/cache/batches/events'));
-    assert.equal((await records()).length, 4);
+    assert.equal((await records()).length, 5);
 
     // Every row exported, then pruned by age: no row of any batch is left, so their records go.
     await k.export();

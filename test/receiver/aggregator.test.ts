@@ -109,7 +109,7 @@ test('agents forward to `receiver --config`: each row lands in the lake once, un
     // The receiver's own sink exports on its schedule (each minute) and at start: restart it (a graceful stop
     // this time) so its first tick comes now, and wait, bounded, for every row.
     await stop(recv);
-    assert.equal(await recv.exited, 0, `a graceful stop drains the sinks and exits 0:\n${recv.stderr()}`);
+    assert.equal(await recv.exited, 0, `a graceful stop drains the sinks and exits 0 (${recv.child.signalCode}):\n${recv.stderr()}`);
     recv = await startReceiver(recvArgs);
     const want = total + 2;
     const count = async () => {
