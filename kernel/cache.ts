@@ -578,6 +578,20 @@ export class Cache {
     return this.removeSpool(ref).catch(() => false);
   }
 
+  /**
+   * After an ingest that left nothing of its batch durable (its input refused
+   * before the first frame, its read failed): the empty spool its lock made
+   * goes, if it is still empty, not held, and nobody holds it. Left, every
+   * such spool costs each flushAll a flush, and a client sending refused
+   * bodies under new ids would pile them up. Whether it went. @ref LLP 0087
+   */
+  async abandonBatch(ref: SpoolRef): Promise<boolean> {
+    if (!BATCH_SPOOL.test(ref.id)) return false;
+    const empty = async (spool: Spool) =>
+      (await spool.progress()) === null && (await spool.sealed()).length === 0 && !(await spool.hasCurrent()) && !(await exists(heldPath(spool.dir)));
+    return this.batchMutex.run(this.spool(ref).key, () => this.moveSpoolAway(ref, 'try', empty)).catch(() => false);
+  }
+
   /** Remove a committed batch's spool, if nobody holds it and it holds no frame: one rename, then the removal. */
   private removeSpool(ref: SpoolRef): Promise<boolean> {
     // Busy (a retry of the batch): removed by a later pass. The ingest's order: the batch, then the spool.

@@ -64,7 +64,7 @@ export interface RetentionPass {
 // `object`, not `Record<string, unknown>`: rows typed by an interface (no index signature) fit too.
 export type IngestInput = Iterable<object> | AsyncIterable<object> | Readable;
 
-export interface HostIngestOptions extends Pick<IngestOptions, 'batchId' | 'onProgress' | 'hold'> {
+export interface HostIngestOptions extends Pick<IngestOptions, 'batchId' | 'onProgress' | 'hold' | 'parseWorkerAfterBytes' | 'wire'> {
   /** The partition value (host or app name): every row's `source`. */
   readonly source: string;
 }

@@ -33,6 +33,7 @@ import { BlockParsing } from './blocks.js';
 import type { FrameLine, ParseOutput, Rejection } from './parse.js';
 import { byteChunks, type LineBlock, LineBlocks } from '../io/lines.js';
 import type { Hypsink } from '../runtime.js';
+import type { WireRows } from './wire.js';
 
 export interface IngestResult {
   accepted: number;
@@ -72,6 +73,26 @@ export interface IngestOptions {
   readonly hold?: string;
   /** Parse in the parse worker once this many bytes were read (default 4 MiB); Infinity: never. */
   readonly parseWorkerAfterBytes?: number;
+  /**
+   * Rows a receiver took from a client: every line must be one JSON object
+   * (else the ingest fails with `RowRefused` and nothing of the batch is
+   * durable), and the client column is set on each. Every block is parsed
+   * before the first is appended, so keep such inputs to a request body's
+   * size. @internal @ref LLP 0087
+   */
+  readonly wire?: WireRows;
+}
+
+/** A wire line no client may send (LLP 0087): the batch is refused whole, nothing of it durable. */
+export class RowRefused extends HypsinkError {
+  constructor(
+    /** 1-based, over the input as given. */
+    readonly line: number,
+    readonly reason: string,
+  ) {
+    super('HYPSINK_ERR_INPUT', `line ${line}: ${reason}`);
+    this.name = 'RowRefused';
+  }
 }
 
 /** How far an ingest has come. */
@@ -137,6 +158,8 @@ export async function ingestNdjson(
       if (found.kind === 'spooled') await flush(k, spool, true);
     });
   } catch (e) {
+    // Nothing of the batch durable: no empty spool stays behind. @ref LLP 0087
+    if (durable === 'none') await k.cache.abandonBatch(spool);
     throw failedIngest(e, result, durable, opts.batchId !== undefined);
   }
   // Committed: its record answers a retry, its spool is of no more use. @ref LLP 0085
@@ -218,7 +241,7 @@ async function ingestRest(
 
   const workerAfter = opts.parseWorkerAfterBytes ?? PARSE_WORKER_AFTER_BYTES;
   // One frame per block: a block's rows are durable together, under one mark.
-  const parsing = new BlockParsing(k.parsers, { schema, source, maxRowBytes, frameRows: Number.MAX_SAFE_INTEGER }, k.log);
+  const parsing = new BlockParsing(k.parsers, { schema, source, maxRowBytes, frameRows: Number.MAX_SAFE_INTEGER, ...(opts.wire ? { wire: opts.wire } : {}) }, k.log);
   // Blocks in input order, parsed there or here; their outputs are taken in the same order.
   const queue: { out: Promise<ParseOutput>; hash: string; bytes: number }[] = [];
   const dispatch = async (block: LineBlock) => {
@@ -226,7 +249,8 @@ async function ingestRest(
     out.catch(() => undefined); // taken in order below
     hash.update(block.bytes);
     queue.push({ out, hash: hash.copy().digest('hex'), bytes: block.bytes.byteLength });
-    while (queue.length > QUEUED) await takeNext();
+    // Wire rows: every block parsed before the first is taken, so a refused line leaves nothing durable.
+    while (!opts.wire && queue.length > QUEUED) await takeNext();
   };
   const takeNext = async () => {
     const q = queue.shift()!;
@@ -256,6 +280,12 @@ async function ingestRest(
       for (const block of blocks.push(bytes)) await dispatch(block);
     }
     for (const block of blocks.end()) await dispatch(block);
+    if (opts.wire) {
+      for (const q of queue) {
+        const { refused } = await q.out;
+        if (refused) throw new RowRefused(refused.line, refused.reason);
+      }
+    }
     while (queue.length > 0) await takeNext();
     await appending;
     // The end mark: the batch is whole in the spool, certain to commit, acknowledged from here on.
@@ -389,7 +419,7 @@ export class IngestError extends HypsinkError {
 }
 
 function failedIngest(e: unknown, result: IngestResult, durable: Durable, named: boolean): unknown {
-  if (e instanceof IngestError || (isHypsinkError(e) && e.code === 'HYPSINK_ERR_INPUT' && /ingested before with other content/.test(e.message))) return e;
+  if (e instanceof IngestError || e instanceof RowRefused || (isHypsinkError(e) && e.code === 'HYPSINK_ERR_INPUT' && /ingested before with other content/.test(e.message))) return e;
   const cause = isHypsinkError(e)
     ? e
     : (accessError(e) ?? new HypsinkError('HYPSINK_ERR_RETRYABLE', (e as Error)?.message ?? String(e), { cause: e, retryable: true }));

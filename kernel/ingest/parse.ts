@@ -13,6 +13,7 @@ import { PARTITION_COLUMN } from '../../types/schema.js';
 import { encodeFrameLine } from '../spool/frames.js';
 import { normalizeRowInto } from './normalize.js';
 import { LineSplitter } from '../io/lines.js';
+import { type WireRows, wireObject } from './wire.js';
 
 export interface ParseOptions {
   readonly schema: DatasetSchema;
@@ -22,6 +23,8 @@ export interface ParseOptions {
   readonly frameRows: number;
   /** Lines before the first byte this parser sees (it numbers lines from firstLine + 1). */
   readonly firstLine: number;
+  /** Rows from a receiver's client: a line that is not one JSON object refuses the batch (`refused`), not a dead letter. @ref LLP 0087 */
+  readonly wire?: WireRows;
 }
 
 export interface Rejection {
@@ -41,6 +44,8 @@ export interface ParseOutput {
   readonly rejects: Rejection[];
   /** Lines of the input up to here (firstLine + the lines parsed). */
   readonly lines: number;
+  /** Wire rows only: the first line that is not one JSON object a client may send; the batch is refused whole. */
+  readonly refused?: { readonly line: number; readonly reason: string };
 }
 
 /**
@@ -59,7 +64,8 @@ export function* parseBlockSlices(opts: ParseOptions, bytes: Uint8Array, sliceBy
     rejects.push(...out.rejects);
   }
   const last = parser.end();
-  return { frames: [...frames, ...last.frames], rejects: [...rejects, ...last.rejects], lines: last.lines };
+  const refused = parser.refused;
+  return { frames: [...frames, ...last.frames], rejects: [...rejects, ...last.rejects], lines: last.lines, ...(refused ? { refused } : {}) };
 }
 
 /** Parse one block of whole lines in one go. */
@@ -82,6 +88,8 @@ class RowParser {
   private columns: unknown[][];
   private rows = 0;
   private line: number;
+  /** Wire rows: the first line refused; nothing after it is parsed. */
+  refused: { line: number; reason: string } | undefined;
 
   constructor(private readonly opts: ParseOptions) {
     this.width = opts.schema.columns.length;
@@ -100,30 +108,45 @@ class RowParser {
   }
 
   private parse(lines: ReturnType<LineSplitter['push']>, last: boolean): ParseOutput {
-    const { schema, source, maxRowBytes, frameRows } = this.opts;
+    const { schema, source, maxRowBytes, frameRows, wire } = this.opts;
     const out: ParseOutput = { frames: [], rejects: [], lines: 0 };
     for (const line of lines) {
+      if (this.refused) break;
       const n = ++this.line;
       if (typeof line !== 'string') {
-        out.rejects.push({ line: n, reason: 'the line is not valid UTF-8', raw: line.invalid });
+        if (wire) this.refused = { line: n, reason: 'not valid UTF-8' };
+        else out.rejects.push({ line: n, reason: 'the line is not valid UTF-8', raw: line.invalid });
         continue;
       }
       if (line.trim() === '') continue;
+      let obj: unknown;
+      if (wire) {
+        // The client's protocol before the dataset's schema: a line no client may send refuses the batch.
+        const w = wireObject(line, wire.maxDepth);
+        if (!w.ok) {
+          this.refused = { line: n, reason: w.error };
+          continue;
+        }
+        // The receiver says who sent the row, never the row. @ref LLP 0074
+        w.row[wire.stamp.column] = wire.stamp.value;
+        obj = w.row;
+      }
       // Characters bound bytes from below (and 3x from above): count bytes only when it can matter.
       if (line.length * 3 > maxRowBytes && Buffer.byteLength(line) > maxRowBytes) {
         out.rejects.push({ line: n, reason: `row is ${Buffer.byteLength(line)} bytes, over the dataset's maxRowBytes ${maxRowBytes}`, raw: line });
         continue;
       }
-      let obj: unknown;
-      try {
-        obj = JSON.parse(line);
-      } catch (e) {
-        out.rejects.push({ line: n, reason: `malformed JSON (${(e as Error).message})`, raw: line });
-        continue;
-      }
-      if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
-        out.rejects.push({ line: n, reason: 'not a JSON object', raw: line });
-        continue;
+      if (!wire) {
+        try {
+          obj = JSON.parse(line);
+        } catch (e) {
+          out.rejects.push({ line: n, reason: `malformed JSON (${(e as Error).message})`, raw: line });
+          continue;
+        }
+        if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
+          out.rejects.push({ line: n, reason: 'not a JSON object', raw: line });
+          continue;
+        }
       }
       const row = obj as Record<string, unknown>;
       if (row[PARTITION_COLUMN] !== undefined && row[PARTITION_COLUMN] !== source) {

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { HypsinkError } from '../../types/errors.js';
 import { Daemon } from '../daemon.js';
-import { IngestError } from '../ingest/ingest.js';
+import { IngestError, RowRefused } from '../ingest/ingest.js';
 import type { Hypsink } from '../runtime.js';
 import { fault } from '../fault.js';
 import { KeyedMutex } from '../mutex.js';
@@ -27,6 +27,15 @@ import { type NewBatch, type WriteResult, WriteRefused } from './store.js';
  * dataset like any other. @ref LLP 0074
  */
 export const CLIENT_COLUMN = 'hyp_client';
+
+/**
+ * Batches are request bodies, too small for an ingest to start the parse
+ * worker for one (LLP 0016), but many and concurrent: the worker parses them
+ * while this thread commits, answers and exports. From a batch's first byte
+ * the worker is started in the background (a cold worker's first batch
+ * parses here); one already running takes every block. @ref LLP 0087
+ */
+const PARSE_WORKER_AFTER_BYTES = 1;
 
 /** The cache's size is measured at most this often (a walk of its folder); requests in between use the last figure. */
 const SIZE_SAMPLE_MS = 1000;
@@ -126,10 +135,14 @@ export async function openAggregate(k: Hypsink, opts: AggregateOptions = {}): Pr
   const ingest = async (b: NewBatch, hold?: string): Promise<{ rows: number }> => {
     const batchId = cacheBatchId(b.client, b.id);
     try {
-      const r = await k.ingest(b.dataset, Readable.from([b.data]), { source: b.source, batchId, ...(hold !== undefined ? { hold } : {}) });
+      // The client's lines are checked, and its name set on each row, by the ingest's parse. @ref LLP 0087
+      const wire = { maxDepth: b.maxDepth, stamp: { column, value: b.client } };
+      const r = await k.ingest(b.dataset, Readable.from([b.data]), { source: b.source, batchId, wire, parseWorkerAfterBytes: PARSE_WORKER_AFTER_BYTES, ...(hold !== undefined ? { hold } : {}) });
       if (r.rejected > 0) k.log.warn({ client: b.client, id: b.id, dataset: b.dataset, rejected: r.rejected, deadLetter: r.deadLetter }, 'rows refused by the dataset schema (dead-lettered)');
       return { rows: r.accepted };
     } catch (e) {
+      // A line no client may send, found by the ingest's parse before any row was durable. @ref LLP 0087
+      if (e instanceof RowRefused) throw new WriteRefused(400, e.reason, undefined, e.line);
       // Every row durable in the spool, the flush after it failed: the batch commits with the next flush (LLP 0021).
       if (e instanceof IngestError && e.durable === 'all' && e.code !== 'HYPSINK_ERR_INPUT') return { rows: e.result.accepted };
       throw e;

@@ -43,6 +43,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setImmediate as yieldNow } from 'node:timers/promises';
 import { HypsinkError, isHypsinkError, type Logger } from '../../types/index.js';
+import { wireObject } from '../ingest/wire.js';
 import { clientFor, loadTokens, singleToken, type TokenTable } from './auth.js';
 import { ConnectionBudget } from './connections.js';
 import { LIMIT_FLAGS } from './flags.js';
@@ -312,59 +313,51 @@ type Normalized = { ok: true; data: Buffer; rows: number } | { ok: false; error:
 
 const isBlank = (b: number) => b === 0x20 || b === 0x09 || b === 0x0d || b === 0x0a;
 
-/**
- * One linear pass over a line's bytes outside strings: -1 when nesting passes
- * `maxDepth`, else the number of object keys (each ':' outside a string
- * follows exactly one key). UTF-8 continuation bytes never equal an ASCII byte.
- */
-function scanLine(b: Buffer, from: number, to: number, maxDepth: number): number {
-  let depth = 0;
-  let keys = 0;
-  let inString = false;
-  for (let i = from; i < to; i++) {
-    const c = b[i]!;
-    if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x7b || c === 0x5b) {
-      if (++depth > maxDepth) return -1;
-    } else if (c === 0x7d || c === 0x5d) depth--;
-    else if (c === 0x3a) keys++;
+/** A growing output buffer: lines copied in, no string per line. */
+class Out {
+  buf: Buffer;
+  pos = 0;
+  constructor(size: number) {
+    this.buf = Buffer.allocUnsafe(size);
   }
-  return keys;
+  room(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.pos + n));
+    this.buf.copy(next, 0, 0, this.pos);
+    this.buf = next;
+  }
+  bytes(b: Uint8Array, from = 0, to = b.length): void {
+    this.room(to - from);
+    this.pos += Buffer.prototype.copy.call(b, this.buf, this.pos, from, to);
+  }
+  byte(c: number): void {
+    this.room(1);
+    this.buf[this.pos++] = c;
+  }
 }
 
-/** Keys of every object in a parsed value (its depth is bounded by scanLine first). */
-function countKeys(v: unknown): number {
-  if (typeof v !== 'object' || v === null) return 0;
-  let n = 0;
-  if (Array.isArray(v)) {
-    for (const x of v) n += countKeys(x);
-    return n;
-  }
-  for (const k in v) {
-    if (Object.hasOwn(v, k)) n += 1 + countKeys((v as Record<string, unknown>)[k]);
-  }
-  return n;
-}
-
-function describe(v: unknown): string {
-  return v === null ? 'null' : Array.isArray(v) ? 'an array' : `a ${typeof v}`;
-}
+/** The line's bytes hold `needle` (a subarray: a search never runs past the line). */
+const holds = (body: Buffer, s: number, e: number, needle: Buffer) => body.subarray(s, e).indexOf(needle) >= 0;
+const UNICODE_ESCAPE = Buffer.from('\\u');
 
 /**
- * Check every non-empty line (a JSON object, within the line and depth limits,
- * no repeated key) and return the lines with their surrounding whitespace cut,
- * each ending in '\n'. The body is scanned as bytes, a line at a time; nothing
- * parsed is kept, and the loop yields every couple of ms. Errors name the
- * 1-based line.
+ * Every non-empty line with its surrounding whitespace cut, each ending in
+ * '\n', checked within the line limit and as UTF-8, and errors naming the
+ * 1-based line; the loop yields every couple of ms.
+ *
+ * Without a cache each line is also checked as one JSON object a client may
+ * send (wire.ts). With one (`stamp`), that check is the cache's ingest's own
+ * parse, done once there (LLP 0087); here the client's name is only put first
+ * in the line's text, as bytes, so the ingest's batch hash stays what it was.
+ * A line that may name the client column itself (its name, or a \u escape,
+ * in its text) is parsed here and written again with the column set, as
+ * before. @ref LLP 0074
  */
 async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number, stamp?: { readonly column: string; readonly value: string }): Promise<Normalized> {
   const utf8 = isUtf8(body);
-  const out = Buffer.allocUnsafe(stamp ? 0 : body.length + 1);
-  const stamped: string[] = [];
-  let pos = 0;
+  const out = new Out(body.length + 1);
+  const head = stamp ? Buffer.from(`{${JSON.stringify(stamp.column)}:${JSON.stringify(stamp.value)}`) : null;
+  const named = stamp ? Buffer.from(stamp.column) : null;
   let rows = 0;
   let line = 0;
   let start = 0;
@@ -382,34 +375,30 @@ async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number, 
     start = next;
     if (s === e) continue;
     if (!utf8 && !isUtf8(body.subarray(s, e))) return { ok: false, error: `line ${line}: not valid UTF-8` };
-    const keys = scanLine(body, s, e, maxDepth);
-    if (keys < 0) return { ok: false, error: `line ${line}: nested deeper than the limit of ${maxDepth}` };
-    let v: unknown;
-    try {
-      v = JSON.parse(body.toString('utf8', s, e));
-    } catch (err) {
-      return { ok: false, error: `line ${line}: not valid JSON (${(err as Error).message})` };
-    }
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) {
-      return { ok: false, error: `line ${line}: expected a JSON object, got ${describe(v)}` };
-    }
-    if (countKeys(v) !== keys) return { ok: false, error: `line ${line}: an object repeats a key; send each key once` };
-    if (stamp) {
-      // The receiver says who sent the row, never the row: a value the client put there is overwritten. @ref LLP 0074
-      const row = v as Record<string, unknown>;
-      if (Object.hasOwn(row, stamp.column)) {
-        row[stamp.column] = stamp.value;
-        stamped.push(JSON.stringify(row));
-      } else {
-        // The row's own text, the column put first: numbers keep the digits they were sent with.
-        const rest = body.toString('utf8', s + 1, e).trimStart();
-        stamped.push(`{${JSON.stringify(stamp.column)}:${JSON.stringify(stamp.value)}${rest.startsWith('}') ? '' : ','}${rest}`);
-      }
+    if (head && named && body[s] === 0x7b && !holds(body, s, e, named) && !holds(body, s, e, UNICODE_ESCAPE)) {
+      // The client's name first, then the line's own text after its '{': numbers keep the digits they were sent with.
+      let r = s + 1;
+      while (r < e && isBlank(body[r]!)) r++;
+      out.bytes(head);
+      if (body[r] !== 0x7d) out.byte(0x2c);
+      out.bytes(body, r, e);
     } else {
-      body.copy(out, pos, s, e);
-      pos += e - s;
-      out[pos++] = 0x0a;
+      const v = wireObject(body.toString('utf8', s, e), maxDepth);
+      if (!v.ok) return { ok: false, error: `line ${line}: ${v.error}` };
+      if (!stamp) out.bytes(body, s, e);
+      else {
+        // The receiver says who sent the row, never the row: a value the client put there is overwritten.
+        const row = v.row;
+        if (Object.hasOwn(row, stamp.column)) {
+          row[stamp.column] = stamp.value;
+          out.bytes(Buffer.from(JSON.stringify(row)));
+        } else {
+          const rest = body.toString('utf8', s + 1, e).trimStart();
+          out.bytes(Buffer.from(`${head!.toString()}${rest.startsWith('}') ? '' : ','}${rest}`));
+        }
+      }
     }
+    out.byte(0x0a);
     rows++;
     if ((rows & 63) === 0 || e - s > 65_536) {
       if (performance.now() - slice > SLICE_MS) {
@@ -419,8 +408,23 @@ async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number, 
     }
   }
   if (rows === 0) return { ok: false, error: 'the body holds no rows; send at least one NDJSON line (an empty batch would spend its id)' };
-  if (stamp) return { ok: true, data: Buffer.from(`${stamped.join('\n')}\n`, 'utf8'), rows };
-  return { ok: true, data: out.subarray(0, pos), rows };
+  return { ok: true, data: out.buf.subarray(0, out.pos), rows };
+}
+
+/** The body's line (1-based, blank lines counted) that is the n-th line of its normalized rows. */
+function bodyLine(body: Buffer, n: number): number {
+  let line = 0;
+  let start = 0;
+  while (start <= body.length) {
+    line++;
+    let end = body.indexOf(0x0a, start);
+    if (end < 0) end = body.length;
+    let s = start;
+    while (s < end && isBlank(body[s]!)) s++;
+    start = end + 1;
+    if (s < end && --n === 0) return line;
+  }
+  return line;
 }
 
 /**
@@ -622,6 +626,8 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
     const declared = Number(req.headers['content-length'] ?? Number.NaN);
 
     enter(cs);
+    /** The body as it came, once read: a refused line is named by its line there. */
+    let sent: Buffer | undefined;
     try {
       // The ledger before the size limit: a client re-sending a stored batch learns it was stored,
       // whatever the limit is now (a 413 would be a wall it can never get past).
@@ -649,6 +655,7 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
         }
         return reject(req, res, 413, `body exceeds the limit of ${maxBody} bytes`);
       }
+      sent = body.body;
       const stamp = opts.cache ? { column: opts.cache.clientColumn, value: client } : undefined;
       const v = await normalizeNdjson(body.body, o.maxLineBytes, o.maxDepth, stamp);
       if (!v.ok) return send(res, 400, { error: v.error });
@@ -666,6 +673,7 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
         rows: v.rows,
         digest: body.digest,
         bodyBytes: body.body.length,
+        maxDepth: o.maxDepth,
         ...(unitDigest !== undefined ? { unitDigest } : {}),
       });
       if (result.kind === 'stored') {
@@ -679,6 +687,7 @@ export async function startReceiver(opts: ReceiverOptions): Promise<Receiver> {
       if (e instanceof WriteRefused) {
         // The shared claim's answer (LLP 0080): the id stored elsewhere with another body, or not now.
         log?.warn({ err: e.message, client, id, dataset, status: e.status }, 'refused by the claim');
+        if (e.status === 400) return send(res, 400, { error: e.line === undefined || !sent ? e.message : `line ${bodyLine(sent, e.line)}: ${e.message}` });
         if (e.status === 409) {
           const why = e.conflict ?? 'body';
           return send(res, 409, { error: conflictText(why, id, undefined), conflict: why, unitDigest: null });

@@ -203,6 +203,8 @@ export interface NewBatch {
   readonly bodyBytes: number;
   /** The unit digest the sender named, if it named one. @ref LLP 0060 */
   readonly unitDigest?: string;
+  /** How deep a row may nest: a writer that parses the rows checks it (LLP 0087). */
+  readonly maxDepth: number;
 }
 
 /**
@@ -231,11 +233,13 @@ export interface WriteResult {
  */
 export class WriteRefused extends HypsinkError {
   constructor(
-    readonly status: 409 | 503,
+    readonly status: 400 | 409 | 503,
     message: string,
     readonly conflict?: Mismatch,
+    /** 400: the data's line (1-based, over the rows as given to the writer) that no client may send. @ref LLP 0087 */
+    readonly line?: number,
   ) {
-    super(status === 409 ? 'HYPSINK_ERR_INPUT' : 'HYPSINK_ERR_RETRYABLE', message, { retryable: status === 503 });
+    super(status === 503 ? 'HYPSINK_ERR_RETRYABLE' : 'HYPSINK_ERR_INPUT', message, { retryable: status === 503 });
     this.name = 'WriteRefused';
   }
 }

@@ -18,7 +18,7 @@ test('manifest and registration: the sink is registered under the manifest name'
 test('the documented sink config is accepted, with defaults for the limits', async () => {
   const f = await loadForward();
   const s = f.build({ url: 'http://127.0.0.1:8787', token: 'interpolated-token-value' });
-  assert.deepEqual(s.limits, { maxRows: 5000, maxBytes: 4 * 1024 * 1024 });
+  assert.deepEqual(s.limits, { maxRows: 20_000, maxBytes: 4 * 1024 * 1024 });
   const t = f.build({ url: 'https://central.example/base/', maxRows: 10, maxBytes: 1000 });
   assert.deepEqual(t.limits, { maxRows: 10, maxBytes: 1000 });
   await s.close();
