@@ -35,12 +35,12 @@ async function procCpuMs(pid: number | undefined): Promise<number> {
   }
 }
 
-export async function spawnReceiver(dataDir: string, token: string, extraArgs: readonly string[] = []): Promise<ReceiverProcess> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', join(REPO, 'fixtures/receiver/main.ts'), '--port', '0', '--data', dataDir, '--log-level', 'info', ...extraArgs],
-    { cwd: REPO, env: { ...process.env, HYPSINK_TOKEN: token }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+/**
+ * A receiver child process, resolved with its URL once a line of its stdout
+ * says it listens (`listening`: that line's URL, or null while it does not).
+ */
+async function spawnListening(args: readonly string[], env: NodeJS.ProcessEnv, what: string, listening: (out: string) => string | null) {
+  const child = spawn(process.execPath, args, { cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => {
     stderr += c.toString('utf8');
@@ -50,23 +50,31 @@ export async function spawnReceiver(dataDir: string, token: string, extraArgs: r
     let out = '';
     const onData = (c: Buffer) => {
       out += c.toString('utf8');
-      for (const line of out.split('\n')) {
-        if (!line.startsWith('{')) continue;
-        try {
-          const j = JSON.parse(line) as { msg?: string; url?: string };
-          if (j.msg === 'listening' && j.url) {
-            child.stdout!.off('data', onData);
-            child.stdout!.resume();
-            resolve(j.url);
-            return;
-          }
-        } catch {
-          // a partial line: wait for the rest
-        }
-      }
+      const u = listening(out);
+      if (u === null) return;
+      child.stdout!.off('data', onData);
+      child.stdout!.resume();
+      resolve(u);
     };
     child.stdout!.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`receiver exited (${code}) before listening: ${stderr.trim()}`)));
+    child.once('exit', (code) => reject(new Error(`${what} exited (${code}) before listening: ${stderr.trim()}`)));
+  });
+  return { child, url, exited, stderr: () => stderr };
+}
+
+export async function spawnReceiver(dataDir: string, token: string, extraArgs: readonly string[] = []): Promise<ReceiverProcess> {
+  const args = ['--import', 'tsx', join(REPO, 'fixtures/receiver/main.ts'), '--port', '0', '--data', dataDir, '--log-level', 'info', ...extraArgs];
+  const { child, url, exited } = await spawnListening(args, { ...process.env, HYPSINK_TOKEN: token }, 'receiver', (out) => {
+    for (const line of out.split('\n')) {
+      if (!line.startsWith('{')) continue;
+      try {
+        const j = JSON.parse(line) as { msg?: string; url?: string };
+        if (j.msg === 'listening' && j.url) return j.url;
+      } catch {
+        // a partial line: wait for the rest
+      }
+    }
+    return null;
   });
   return { url, dataDir, cpuMs: () => procCpuMs(child.pid), close: () => stop(child, exited) };
 }
@@ -123,32 +131,16 @@ export function post(agent: http.Agent, url: string, path: string, headers: Reco
  * graceful stop (SIGTERM: its sinks drain, it exits).
  */
 export async function spawnAggregator(configPath: string, tokensFile: string, port = 0): Promise<ReceiverProcess> {
-  const child = spawn(process.execPath, [join(REPO, 'bin/hypsink.js'), 'receiver', '--config', configPath, '--tokens-file', tokensFile, '--port', String(port)], {
-    cwd: REPO,
-    env: { ...process.env, NODE_OPTIONS: '', HYPSINK_LOG_LEVEL: 'warn', HYPSINK_TOKEN: '' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr!.on('data', (c: Buffer) => {
-    stderr += c.toString('utf8');
-  });
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (c: Buffer) => {
-      out += c.toString('utf8');
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    child.once('exit', (code) => reject(new Error(`aggregator exited (${code}) before listening: ${stderr.trim()}`)));
-  });
+  const args = [join(REPO, 'bin/hypsink.js'), 'receiver', '--config', configPath, '--tokens-file', tokensFile, '--port', String(port)];
+  const env = { ...process.env, NODE_OPTIONS: '', HYPSINK_LOG_LEVEL: 'warn', HYPSINK_TOKEN: '' };
+  const { child, url, exited, stderr } = await spawnListening(args, env, 'aggregator', (out) => /listening on (http:\/\/\S+)/.exec(out)?.[1] ?? null);
   return {
     url,
     dataDir: '',
     cpuMs: () => procCpuMs(child.pid),
     async close() {
       await stop(child, exited);
-      if (child.exitCode !== 0) throw new Error(`aggregator exited ${child.exitCode ?? child.signalCode} on SIGTERM: ${stderr.trim().slice(-2000)}`);
+      if (child.exitCode !== 0) throw new Error(`aggregator exited ${child.exitCode ?? child.signalCode} on SIGTERM: ${stderr().trim().slice(-2000)}`);
     },
   };
 }

@@ -431,22 +431,26 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
     cache: { root: 'cache', lockWaitMs: 30_000, seqBlockSize: o.seqBlockSize ?? 1024, rowGroupRows: o.rowGroupRows ?? 65_536 },
     state: { dir: 'state' },
     driver: { lockWaitMs: 30_000, outboxBaseMs: 1, concurrency: 2 },
-    datasets: {
-      events: {
-        columns: [
-          { name: 'id', type: 'INT64', nullable: false },
-          { name: 'ts', type: 'TIMESTAMP', nullable: false },
-          { name: 'msg', type: 'STRING', nullable: true },
-          ...(o.extraColumn ? [{ name: 'extra', type: 'STRING', nullable: true }] : []),
-        ],
-        timestampColumn: 'ts',
-      },
-    },
+    datasets: { events: eventsDataset(o.extraColumn ? ['extra'] : []) },
     sinks: Object.fromEntries((o.sinks ?? SINKS).map((s) => [s, all[s]])),
   };
   const path = join(dir, 'hypsink.config.json');
   await fsp.writeFile(path, JSON.stringify(config));
   return path;
+}
+
+/** The scenario's `events` dataset: id, ts, msg, then these nullable and these required STRING columns. */
+function eventsDataset(nullable: readonly string[], required: readonly string[] = []) {
+  return {
+    columns: [
+      { name: 'id', type: 'INT64', nullable: false },
+      { name: 'ts', type: 'TIMESTAMP', nullable: false },
+      { name: 'msg', type: 'STRING', nullable: true },
+      ...nullable.map((name) => ({ name, type: 'STRING', nullable: true })),
+      ...required.map((name) => ({ name, type: 'STRING', nullable: false })),
+    ],
+    timestampColumn: 'ts',
+  };
 }
 
 /** The column the aggregator records each row's client in (the receiver's default). @ref LLP 0074 */
@@ -473,18 +477,7 @@ export async function writeAggregatorConfig(dir: string, caches: readonly string
     cache: { root: 'cache', lockWaitMs: 30_000 },
     state: { dir: 'state' },
     driver: { lockWaitMs: 30_000, outboxBaseMs: 1, concurrency: 2 },
-    datasets: {
-      events: {
-        columns: [
-          { name: 'id', type: 'INT64', nullable: false },
-          { name: 'ts', type: 'TIMESTAMP', nullable: false },
-          { name: 'msg', type: 'STRING', nullable: true },
-          { name: 'extra', type: 'STRING', nullable: true },
-          { name: CLIENT_COLUMN, type: 'STRING', nullable: false },
-        ],
-        timestampColumn: 'ts',
-      },
-    },
+    datasets: { events: eventsDataset(['extra'], [CLIENT_COLUMN]) },
     sinks: {
       [AGG_SINK]: { writer: '@hypsink/format-parquet', destination: '@hypsink/local-fs', datasets: ['events'], schedule: '* * * * *', unit: { maxRows: unitRows }, config: { dir: 'exports' } },
     },
