@@ -30,12 +30,14 @@ export const CLIENT_COLUMN = 'hyp_client';
 
 /**
  * Batches are request bodies, too small for an ingest to start the parse
- * worker for one (LLP 0016), but many and concurrent: the worker parses them
- * while this thread commits, answers and exports. From a batch's first byte
- * the worker is started in the background (a cold worker's first batch
- * parses here); one already running takes every block. @ref LLP 0087
+ * worker for one (4 MiB, LLP 0016), but many and concurrent: the worker
+ * parses them while this thread commits, answers and exports. A body of this
+ * size starts the worker in the background (the batch that started it
+ * parses here); one already running takes every block. Smaller bodies (a
+ * quiet agent's few rows) never start it: a worker's start costs more than
+ * their parse. @ref LLP 0087
  */
-const PARSE_WORKER_AFTER_BYTES = 1;
+const PARSE_WORKER_AFTER_BYTES = 256 * 1024;
 
 /** The cache's size is measured at most this often (a walk of its folder); requests in between use the last figure. */
 const SIZE_SAMPLE_MS = 1000;

@@ -124,6 +124,8 @@ class Proc {
     const args = js ? [...prof, js] : [...prof, '--import', 'tsx', WORKER];
     const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.child = child;
+    // A request written as the process dies fails with EPIPE: its death is what answers the request (the exit below).
+    child.stdin?.on('error', () => undefined);
     // The last of what it wrote to stderr: why a process died that no fault point killed.
     child.stderr?.on('data', (d: Buffer) => {
       this.stderr = (this.stderr + d.toString('utf8')).slice(-4000);
