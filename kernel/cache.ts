@@ -188,6 +188,11 @@ export class Cache {
   /** This cache's stable id (`cache.json`), made once when the cache is first opened. @ref LLP 0021 */
   id = '';
 
+  /** Keep the flush worker `ms` after its last segment (a server's ingests come seconds apart). @ref LLP 0088 */
+  keepWorkers(ms: number): void {
+    this.encoder.keepIdle(ms);
+  }
+
   /** Release what the cache holds beyond files (the flush worker). */
   async close(): Promise<void> {
     await this.encoder.close();

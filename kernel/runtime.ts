@@ -653,6 +653,16 @@ export class Hypsink {
     return this.draining;
   }
 
+  /**
+   * @internal Keep the parse and flush workers `ms` after their last job, not
+   * the default seconds: for a process that serves ingests (the aggregator),
+   * whose every burst would otherwise start both workers cold again. @ref LLP 0088
+   */
+  keepWorkers(ms: number): void {
+    this.parsers.keepIdle(ms);
+    this.cache.keepWorkers(ms);
+  }
+
   /** Stop: end parked waits (drain), abort running units, release destinations. */
   async close(): Promise<void> {
     this.abort.abort();

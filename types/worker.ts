@@ -26,6 +26,7 @@ export interface WorkerThreadOptions {
   readonly what: string;
   /** What happens to the work when the worker stops, for the error. */
   readonly onStop?: string;
+  /** How long the worker stays after its last reply with nothing asked or held; `keepIdle` changes it. */
   readonly idleMs: number;
   /** Whether the worker holds state for the owner (then it is not idle). */
   readonly holding?: () => boolean;
@@ -41,11 +42,24 @@ export class WorkerThread<Req extends object, Rep extends object> {
   private readonly calls = new Map<number, { resolve: (r: Rep) => void; reject: (e: Error) => void }>();
   private nextCall = 0;
   private idle: NodeJS.Timeout | undefined;
+  private idleMs: number;
 
   constructor(
     private readonly entry: URL,
     private readonly opts: WorkerThreadOptions,
-  ) {}
+  ) {
+    this.idleMs = opts.idleMs;
+  }
+
+  /**
+   * From now on, stop the worker `ms` after it goes idle (a server whose
+   * requests come seconds apart keeps a worker it would otherwise start again
+   * for each, LLP 0088). A worker idle now is timed again from now.
+   */
+  keepIdle(ms: number): void {
+    this.idleMs = ms;
+    if (this.idle !== undefined && this.worker !== undefined) this.idleLater();
+  }
 
   call(m: Req, transfer: ArrayBuffer[] = []): Promise<Rep> {
     const w = this.start();
@@ -66,7 +80,7 @@ export class WorkerThread<Req extends object, Rep extends object> {
   /** With nothing asked of it and nothing held, stop the worker after a while. */
   idleLater(): void {
     clearTimeout(this.idle);
-    if (this.calls.size === 0 && !this.opts.holding?.()) this.idle = setTimeout(() => void this.close(), this.opts.idleMs).unref();
+    if (this.calls.size === 0 && !this.opts.holding?.()) this.idle = setTimeout(() => void this.close(), this.idleMs).unref();
   }
 
   async close(): Promise<void> {

@@ -128,6 +128,11 @@ export class FlushEncoder {
     };
   }
 
+  /** Stop the worker `ms` after it goes idle from now on (IDLE_MS until then). @ref LLP 0088 */
+  keepIdle(ms: number): void {
+    this.worker.keepIdle(ms);
+  }
+
   /** Stop the worker, if one runs. */
   async close(): Promise<void> {
     this.warmed.clear();

@@ -39,7 +39,12 @@ export class ParseWorker {
     return r.out;
   }
 
-  /** Whether the worker runs (it stops IDLE_MS after its last block). */
+  /** Stop the worker `ms` after its last block from now on (IDLE_MS until then). @ref LLP 0088 */
+  keepIdle(ms: number): void {
+    this.worker.keepIdle(ms);
+  }
+
+  /** Whether the worker runs (it stops IDLE_MS, or as `keepIdle` says, after its last block). */
   get running(): boolean {
     return this.worker.running;
   }
