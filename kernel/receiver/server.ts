@@ -358,6 +358,16 @@ async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number, 
   const out = new Out(body.length + 1);
   const head = stamp ? Buffer.from(`{${JSON.stringify(stamp.column)}:${JSON.stringify(stamp.value)}`) : null;
   const named = stamp ? Buffer.from(stamp.column) : null;
+  // Most bodies hold neither anywhere: then no line is searched for them.
+  const mayName = named !== null && (body.indexOf(named) >= 0 || body.indexOf(UNICODE_ESCAPE) >= 0);
+  /** The client's name first, then the line's own text after its '{': numbers keep the digits they were sent with. */
+  const stampLine = (s: number, e: number) => {
+    let r = s + 1;
+    while (r < e && isBlank(body[r]!)) r++;
+    out.bytes(head!);
+    if (body[r] !== 0x7d) out.byte(0x2c);
+    out.bytes(body, r, e);
+  };
   let rows = 0;
   let line = 0;
   let start = 0;
@@ -375,28 +385,16 @@ async function normalizeNdjson(body: Buffer, maxLine: number, maxDepth: number, 
     start = next;
     if (s === e) continue;
     if (!utf8 && !isUtf8(body.subarray(s, e))) return { ok: false, error: `line ${line}: not valid UTF-8` };
-    if (head && named && body[s] === 0x7b && !holds(body, s, e, named) && !holds(body, s, e, UNICODE_ESCAPE)) {
-      // The client's name first, then the line's own text after its '{': numbers keep the digits they were sent with.
-      let r = s + 1;
-      while (r < e && isBlank(body[r]!)) r++;
-      out.bytes(head);
-      if (body[r] !== 0x7d) out.byte(0x2c);
-      out.bytes(body, r, e);
-    } else {
+    if (stamp && body[s] === 0x7b && !(mayName && (holds(body, s, e, named!) || holds(body, s, e, UNICODE_ESCAPE)))) stampLine(s, e);
+    else {
       const v = wireObject(body.toString('utf8', s, e), maxDepth);
       if (!v.ok) return { ok: false, error: `line ${line}: ${v.error}` };
       if (!stamp) out.bytes(body, s, e);
-      else {
+      else if (Object.hasOwn(v.row, stamp.column)) {
         // The receiver says who sent the row, never the row: a value the client put there is overwritten.
-        const row = v.row;
-        if (Object.hasOwn(row, stamp.column)) {
-          row[stamp.column] = stamp.value;
-          out.bytes(Buffer.from(JSON.stringify(row)));
-        } else {
-          const rest = body.toString('utf8', s + 1, e).trimStart();
-          out.bytes(Buffer.from(`${head!.toString()}${rest.startsWith('}') ? '' : ','}${rest}`));
-        }
-      }
+        v.row[stamp.column] = stamp.value;
+        out.bytes(Buffer.from(JSON.stringify(v.row)));
+      } else stampLine(s, e);
     }
     out.byte(0x0a);
     rows++;
