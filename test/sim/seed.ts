@@ -605,6 +605,7 @@ class Scenario {
     if (!this.agg || !this.cur.sinks.includes('central')) return undefined;
     for (const source of this.cur.sources) await this.ingestFresh(source, this.int(3, 40), this.int(1, 2));
     await this.aggUp();
+    if (this.chance(0.3)) await this.aggRefusedBody();
     if (this.chance(0.85)) await this.armAggregator();
     let agent = false;
     if (this.armed < 3 && this.chance(0.3)) {
@@ -627,6 +628,34 @@ class Scenario {
     await this.aggAfter();
     await this.aggUp();
     return { op: 'export', sink: 'central' };
+  }
+
+  /**
+   * A body the aggregator must refuse whole (LLP 0087), sent as the open
+   * cache's client under an id of its own: a good line, then one repeating a
+   * key. It must be answered 400; no row of it may reach the aggregator's
+   * sink (its ids were never sent: the oracle's strays), and no spool of it
+   * may stay (checked after the clean run).
+   */
+  async aggRefusedBody(): Promise<void> {
+    const id = 2_000_000_000 + this.step;
+    const ts = new Date().toISOString();
+    const body = `{"id":${id},"ts":"${ts}","msg":"refused"}\n{"id":${id + 1},"ts":"${ts}","msg":"a","msg":"b"}\n`;
+    const batch = `refused-${this.seed}-${this.step}`;
+    this.note(`a body with a repeated key to the aggregator (batch ${batch})`);
+    const r = await fetch(`http://127.0.0.1:${this.world.aggPort}/v1/ingest/events`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${tokenOf(this.cur.name)}`,
+        'content-type': 'application/x-ndjson',
+        'x-hyp-partition': `source=${encodeURIComponent(this.pick(this.cur.sources))}`,
+        'x-hyp-batch-id': batch,
+      },
+      body,
+      signal: AbortSignal.timeout(30_000),
+    });
+    const text = await r.text();
+    if (r.status !== 400) this.problems.add(this.when, `aggregator: a body with a repeated key was answered ${r.status}, not 400: ${text.slice(0, 200)}`, 'aggregator refused body');
   }
 
   // ---- episodes: the sequences the holes need, made likely -------------------
@@ -1426,6 +1455,11 @@ class Scenario {
         if (p.intent !== null) this.problems.add('after the clean run', `${where}: intent left open ${JSON.stringify(p.intent)}`);
       }
     }
+    // Every batch committed (the agents' retries) or refused: none keeps a spool (LLP 0085, LLP 0087).
+    const sp = await agg.worker.send({ op: 'spools' });
+    const left = ok(sp) ? ((sp as { spools?: string[] }).spools ?? []) : null;
+    if (left === null) this.problems.add('clean run', `aggregator: its spools could not be listed: ${JSON.stringify(sp).slice(0, 300)}`);
+    else if (left.length > 0) this.problems.add('after the clean run', `aggregator: ${left.length} spool(s) left after every batch was answered: ${left.slice(0, 4).join(', ')}`);
     const d = await agg.worker.send({ op: 'digests' });
     if (!ok(d)) this.problems.add('clean run', `aggregator: its sink's units could not be read back for their digests: ${JSON.stringify(d).slice(0, 300)}`);
     for (const u of (d as { units?: HeldDigest[] }).units ?? []) {

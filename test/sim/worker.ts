@@ -63,6 +63,8 @@ export type WorkerOp =
    * range retention reached are left out). @ref LLP 0054
    */
   | { op: 'digests' }
+  /** The open cache's spools (batches not yet removed after their commit, and any left behind). */
+  | { op: 'spools' }
   /** Answers once the process is ready. */
   | { op: 'ping' }
   /** A spare process's warm-up: open a scratch cache and close it (plugins loaded, sinks built once). */
@@ -213,6 +215,8 @@ async function run(m: WorkerOp): Promise<unknown> {
       return { ok: true, reserved: (await k!.cache.allocator.readReserved()).toString(), id: k!.cache.id };
     case 'digests':
       return { ok: true, id: k!.cache.id, units: await digests() };
+    case 'spools':
+      return { ok: true, spools: (await k!.cache.listSpools()).map((r) => `${r.dataset}/${r.id}`) };
     case 'accept':
       if (typeof k!.acceptDestination !== 'function') return { ok: true, supported: false };
       await k!.acceptDestination(m.sink);
