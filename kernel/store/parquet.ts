@@ -5,8 +5,9 @@
  * @ref LLP 0003: seq-stat pruning
  */
 import { promises as fsp, openAsBlob } from 'node:fs';
+import { createRequire } from 'node:module';
 import { type RecordBatch, type Table, tableFromIPC, tableToIPC } from 'apache-arrow';
-import * as pw from 'parquet-wasm/node';
+import type * as PW from 'parquet-wasm/node';
 import type { ReadCounters } from '../../types/storage.js';
 import { accessError } from '../../types/access.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
@@ -28,6 +29,21 @@ export const DEFAULT_ROW_GROUP_ROWS = 16_384;
  */
 const ROW_GROUP_BATCH = 1 << 20;
 
+/**
+ * parquet-wasm, loaded on the first read or write of a data file, not when
+ * this module is: loading it reads and compiles 6 MB of wasm (about 60 ms),
+ * which commands that open no data file (`status`, `--help`, a `validate`)
+ * paid at every start. A synchronous require, so `encodeParquet` stays
+ * synchronous; the package's `node` build is CommonJS.
+ * @ref LLP 0089: parquet-wasm loaded on first use
+ */
+let loaded: typeof PW | undefined;
+const requireHere = createRequire(import.meta.url);
+function parquetWasm(): typeof PW {
+  loaded ??= requireHere('parquet-wasm/node') as typeof PW;
+  return loaded;
+}
+
 /** Counters for maintenance reads, which are not part of the storage service's figures. */
 export const scratchCounters = (): ReadCounters => ({ filesOpened: 0, rowGroupsRead: 0, bytesRead: 0, rowsRead: 0 });
 
@@ -36,6 +52,7 @@ export function encodeParquet(table: Table, rowGroupRows = DEFAULT_ROW_GROUP_ROW
   // third of the encode time and gains nothing. No column is dictionary-encoded:
   // on the demo rows zstd alone gives smaller files (2.15 vs 2.30 MB per 50k rows)
   // and encodes and decodes in half the time (LLP 0013).
+  const pw = parquetWasm();
   const props = new pw.WriterPropertiesBuilder()
     .setCompression(pw.Compression.ZSTD)
     .setDictionaryEnabled(false)
@@ -177,7 +194,7 @@ export class ParquetReader {
 
   private constructor(
     readonly path: string,
-    private readonly file: pw.ParquetFile,
+    private readonly file: PW.ParquetFile,
     private readonly bytes: ByteReads,
   ) {
     this.columns = new Set(tableFromIPC(file.schema().intoIPCStream()).schema.fields.map((f) => f.name));
@@ -208,7 +225,7 @@ export class ParquetReader {
     });
     let reader: ParquetReader;
     try {
-      reader = new ParquetReader(path, await bytes.race(pw.ParquetFile.fromFile(counting), 'reading its footer'), bytes);
+      reader = new ParquetReader(path, await bytes.race(parquetWasm().ParquetFile.fromFile(counting), 'reading its footer'), bytes);
     } catch (e) {
       if (isHypsinkError(e)) throw e;
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} is not a readable Parquet file (${String(e)})`, { cause: e });

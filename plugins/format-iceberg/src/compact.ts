@@ -18,7 +18,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Field, makeData, RecordBatch, Schema, Struct, tableFromIPC } from 'apache-arrow';
-import * as pw from 'parquet-wasm/node';
 import type { BlobDestination, ColumnType } from 'hypsink/plugin';
 import { HypsinkError } from 'hypsink/plugin';
 import { type DataFile, decodeManifestList, encodeManifest, encodeManifestList, type ManifestEntry, type ManifestFile, manifestFileOf, type PartitionField } from './avro.js';
@@ -155,7 +154,9 @@ async function* rowsOf(x: CompactInput, schema: IcebergSchema, r: Rewrite): Asyn
     if (bytes === null) {
       throw new Gone(new HypsinkError('HYPSINK_ERR_DESTINATION', `iceberg: ${x.destination.describe(key)}, a live data file of table ${x.store.tableKey}, is not there; the table is damaged: restore it (nothing was compacted)`));
     }
-    const table = tableFromIPC(pw.readParquet(bytes).intoIPCStream());
+    // Imported here, not with the plugin: only compaction decodes a data file. @ref LLP 0089
+    const { readParquet } = await import('parquet-wasm/node');
+    const table = tableFromIPC(readParquet(bytes).intoIPCStream());
     const idOf = (f: Field) => Number(f.metadata.get('PARQUET:field_id'));
     if (shape === null) {
       ids = table.schema.fields.map(idOf);

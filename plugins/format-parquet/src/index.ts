@@ -6,7 +6,7 @@
  * REQUIRED, JSON columns with the JSON logical type (set in the footer).
  * @ref LLP 0069
  */
-import * as pw from 'parquet-wasm/node';
+import type * as PW from 'parquet-wasm/node';
 import { z } from 'zod';
 import { engineBatch, parquetBody, parseSinkConfig, type PluginContext } from 'hypsink/plugin';
 import { withJsonColumns } from './footer.js';
@@ -61,7 +61,10 @@ async function countRows(blob: StoredBlob): Promise<number> {
         return typeof v === 'function' ? v.bind(target) : v;
       },
     });
-  let file: pw.ParquetFile;
+  // Imported here, not with the plugin: a command that loads sinks without reading a blob
+  // (`validate`) does not compile parquet-wasm. @ref LLP 0089
+  const pw = await import('parquet-wasm/node');
+  let file: PW.ParquetFile;
   try {
     file = await pw.ParquetFile.fromFile(part(0, blob.bytes));
   } catch (e) {
