@@ -4,6 +4,7 @@
  * hands a whole chunk's lines to synchronous code. Bytes that are not UTF-8 are
  * not silently replaced: such a line comes back marked invalid.
  */
+import { isAscii } from 'node:buffer';
 import type { Readable } from 'node:stream';
 
 /** A line whose bytes are not valid UTF-8, decoded with replacement characters for the dead letter. */
@@ -18,8 +19,14 @@ const lenient = new TextDecoder('utf-8');
 const NL = 0x0a;
 const stripCR = (l: string) => (l.endsWith('\r') ? l.slice(0, -1) : l);
 
-/** Complete lines of `bytes` (no trailing newline expected). One fatal decode for the common case. */
+/**
+ * Complete lines of `bytes` (no trailing newline expected). ASCII bytes (most
+ * NDJSON: JSON escapes what is not) are the same text read as latin1, which
+ * takes a tenth of a UTF-8 decode (TextDecoder was 0.6 s of a 1M-row ingest's
+ * CPU; @ref LLP 0090); else one fatal decode for the common case.
+ */
 function decodeLines(bytes: Uint8Array): Line[] {
+  if (isAscii(bytes)) return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('latin1').split('\n').map(stripCR);
   try {
     return fatal.decode(bytes).split('\n').map(stripCR);
   } catch {
