@@ -4,7 +4,7 @@
  * go through a byte-counting Blob so tests can assert what a read cost.
  * @ref LLP 0003: seq-stat pruning
  */
-import { promises as fsp, openAsBlob } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import { createRequire } from 'node:module';
 import { type RecordBatch, type Table, tableFromIPC, tableToIPC } from 'apache-arrow';
 import type * as PW from 'parquet-wasm/node';
@@ -124,21 +124,13 @@ class ByteReads {
     this.failure.catch(() => undefined); // raced against each read; never unhandled
   }
 
-  /** What parquet-wasm gets for a slice: its bytes, or a promise that never settles once the read failed. */
-  wrap(part: Blob, start: number, size: number): Blob {
+  /** What parquet-wasm gets for a slice's bytes: `read()`, or a promise that never settles once the read failed. */
+  read(start: number, size: number, read: () => Promise<ArrayBuffer>): Promise<ArrayBuffer> {
     // HYPSINK_FAULT_READ: the footer (at the end) reads fine, data pages in the first half fail.
     const fail = this.eio && start < size / 2;
-    const read = () =>
-      (fail ? Promise.reject(Object.assign(new Error(`EIO: i/o error, read '${this.path}'`), { code: 'EIO' })) : part.arrayBuffer()).catch((e: unknown) => {
-        this.trap(e);
-        return new Promise<ArrayBuffer>(() => undefined);
-      });
-    return new Proxy(part, {
-      get(target, prop) {
-        if (prop === 'arrayBuffer') return read;
-        const v = Reflect.get(target, prop);
-        return typeof v === 'function' ? v.bind(target) : v;
-      },
+    return (fail ? Promise.reject(Object.assign(new Error(`EIO: i/o error, read '${this.path}'`), { code: 'EIO' })) : read()).catch((e: unknown) => {
+      this.trap(e);
+      return new Promise<ArrayBuffer>(() => undefined);
     });
   }
 
@@ -172,6 +164,49 @@ class ByteReads {
   }
 }
 
+/**
+ * A data file's bytes in the shape parquet-wasm's async reader takes (a Blob:
+ * `size`, `slice`, `arrayBuffer`), read through one open handle, a positional
+ * read per slice. A Blob from `openAsBlob` opens, stats and closes the file
+ * for every slice it reads (four trips to the thread pool per column chunk, of
+ * which a 1M-row unit's digest and body read about 1,000), and the kernel's
+ * thread waited on them. @ref LLP 0091
+ */
+class FileBytes {
+  readonly type = '';
+
+  constructor(
+    private readonly fh: fsp.FileHandle,
+    private readonly file: { readonly size: number; readonly bytes: ByteReads; readonly counters: ReadCounters },
+    private readonly start: number,
+    private readonly end: number,
+  ) {}
+
+  get size(): number {
+    return this.end - this.start;
+  }
+
+  slice(start = 0, end = this.size): FileBytes {
+    const s = this.start + Math.min(Math.max(0, start), this.size);
+    const e = this.start + Math.min(Math.max(0, end), this.size);
+    this.file.counters.bytesRead += Math.max(0, e - s);
+    return new FileBytes(this.fh, this.file, s, Math.max(s, e));
+  }
+
+  arrayBuffer(): Promise<ArrayBuffer> {
+    return this.file.bytes.read(this.start, this.file.size, async () => {
+      const buf = Buffer.allocUnsafeSlow(this.size);
+      for (let at = 0; at < buf.length; ) {
+        const { bytesRead } = await this.fh.read(buf, at, buf.length - at, this.start + at);
+        // Fewer bytes than the file had when opened: it was cut behind the reader's back.
+        if (bytesRead === 0) throw Object.assign(new Error(`the file ended at byte ${this.start + at}, before ${this.end}: it was cut while being read`), { code: 'ESHORT' });
+        at += bytesRead;
+      }
+      return buf.buffer as ArrayBuffer;
+    });
+  }
+}
+
 /** The error opening `path` gives now, if any: the errno a failed Blob read does not carry. */
 async function whyUnreadable(path: string): Promise<unknown> {
   try {
@@ -196,37 +231,33 @@ export class ParquetReader {
     readonly path: string,
     private readonly file: PW.ParquetFile,
     private readonly bytes: ByteReads,
+    private readonly fh: fsp.FileHandle,
   ) {
     this.columns = new Set(tableFromIPC(file.schema().intoIPCStream()).schema.fields.map((f) => f.name));
   }
 
   static async open(path: string, counters: ReadCounters, expect?: ExpectedFile): Promise<ParquetReader> {
-    let blob: Blob;
+    let fh: fsp.FileHandle;
+    let size: number;
     try {
-      blob = await openAsBlob(path);
+      fh = await fsp.open(path, 'r');
     } catch (e) {
       throw accessError(e, ownerHint(`data file ${path}`)) ?? new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} listed in the manifest cannot be opened: ${(e as Error).message}`, { cause: e });
     }
+    try {
+      size = (await fh.stat()).size;
+    } catch (e) {
+      await fh.close().catch(() => undefined);
+      throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} listed in the manifest cannot be read: ${(e as Error).message}`, { cause: e });
+    }
     counters.filesOpened += 1;
     const bytes = new ByteReads(path, readFaulted(path));
-    const counting = new Proxy(blob, {
-      get(target, prop) {
-        if (prop === 'slice') {
-          return (start?: number, end?: number, type?: string) => {
-            const s = start ?? 0;
-            const e = end ?? target.size;
-            counters.bytesRead += Math.max(0, e - s);
-            return bytes.wrap(target.slice(start, end, type), s, target.size);
-          };
-        }
-        const v = Reflect.get(target, prop);
-        return typeof v === 'function' ? v.bind(target) : v;
-      },
-    });
+    const whole = new FileBytes(fh, { size, bytes, counters }, 0, size);
     let reader: ParquetReader;
     try {
-      reader = new ParquetReader(path, await bytes.race(parquetWasm().ParquetFile.fromFile(counting), 'reading its footer'), bytes);
+      reader = new ParquetReader(path, await bytes.race(parquetWasm().ParquetFile.fromFile(whole as unknown as Blob), 'reading its footer'), bytes, fh);
     } catch (e) {
+      await fh.close().catch(() => undefined);
       if (isHypsinkError(e)) throw e;
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} is not a readable Parquet file (${String(e)})`, { cause: e });
     }
@@ -319,5 +350,7 @@ export class ParquetReader {
   close(): void {
     // A read that failed left a wasm task waiting on this file: freeing it under that task is unsafe.
     if (!this.bytes.broken) this.file.free();
+    // That task waits on a promise that never settles, not on the handle: closing it is safe either way.
+    this.fh.close().catch(() => undefined);
   }
 }
