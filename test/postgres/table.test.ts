@@ -127,6 +127,31 @@ test('createTable: false and a table that fits, with a nullable column and a def
   );
 });
 
+test('createTable: false and a table made by hand with an identity key, a domain-typed column and a timestamp with a precision: rows land (LLP 0092)', async () => {
+  const w = await pgWorkspace({ sink: { createTable: false } });
+  await w.query('CREATE DOMAIN event_id AS bigint NOT NULL CHECK (VALUE > 0)');
+  await w.query('CREATE TABLE events (k bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, source text NOT NULL, id event_id, ts timestamptz(3) NOT NULL, msg text)');
+  const { report } = await exportOnce(w, 1, 3);
+  assert.equal(report.error, null, String(report.error));
+  assert.deepEqual(
+    (await w.query('SELECT k::int, id::int, msg FROM events ORDER BY k')).map((r) => [r.k, r.id, r.msg]),
+    [
+      [1, 1, 'm1'],
+      [2, 2, 'm2'],
+      [3, 3, 'm3'],
+    ],
+  );
+});
+
+test('createTable: false and a column typed by a domain over another type: refused naming the column and its base type (LLP 0092)', async () => {
+  const w = await pgWorkspace({ sink: { createTable: false } });
+  await w.query('CREATE DOMAIN label AS integer');
+  await w.query('CREATE TABLE events (source text NOT NULL, id bigint NOT NULL, ts timestamptz NOT NULL, msg label)');
+  const { report } = await exportOnce(w, 1, 2);
+  assert.equal(report.error?.code, 'HYPSINK_ERR_DESTINATION');
+  assert.match(report.error!.message, /column "msg" of table public\.events is integer, but the dataset's STRING column goes to text/);
+});
+
 test('createTable: false and a column the dataset gained: HYPSINK_ERR_DESTINATION naming the column, the table unchanged', async () => {
   const w = await pgWorkspace({ sink: { createTable: false } });
   await w.query('CREATE TABLE events (source text NOT NULL, id bigint NOT NULL, ts timestamptz NOT NULL, msg text)');
