@@ -211,8 +211,10 @@ class PartitionExport {
     const digest = await this.plan.digest(seqOf(base.continuation), until.seq);
     const unit = this.plan.intent(base.continuation, until, next.plan.rows, digest, base.shippedUntil);
     const writing = this.mark.write({ ...base, intent: unit, next: null });
-    if (this.sink.kind === 'request') {
-      // As in the look-ahead: the body is read while its intent is written.
+    if (this.sink.kind === 'request' && this.sink.shipper.reads !== 'batches') {
+      // As in the look-ahead: the body is read while its intent is written. A shipper that takes
+      // batches is not made to wait for the whole unit: it streams them as they are read, so the
+      // destination works on the first rows while the rest are decoded. @ref LLP 0093
       writing.catch(() => undefined); // awaited below
       this.ahead = await this.shipping.read(unit, next.plan.rows);
     }
