@@ -231,12 +231,24 @@ class PartitionExport {
   async ship(unit: Intent): Promise<Acknowledged | null> {
     const pre = this.ahead;
     this.ahead = null;
-    const look = this.sink.kind === 'request' && !this.halved && (this.queued !== null || !this.stopping()) ? this.lookAhead(unit, this.queued) : null;
+    // The next unit is planned and read once the shipper has read this one's rows: both read on
+    // this thread, and a unit streamed as it is read (LLP 0093) would otherwise feed its
+    // destination at half the rate while the next one is read. @ref LLP 0094
+    let bodyRead: (go: boolean) => void = () => undefined;
+    const read = new Promise<boolean>((resolve) => {
+      bodyRead = resolve;
+    });
+    const queued = this.queued;
+    const look = this.sink.kind === 'request' && !this.halved && (queued !== null || !this.stopping()) ? read.then((go) => (go ? this.lookAhead(unit, queued) : null)) : null;
     look?.catch(() => undefined); // awaited below, on every path
     let shipped: Shipped;
     try {
-      shipped = await this.shipping.ship(unit, this.recoveredUnits.has(unit.unit), pre ?? undefined);
+      shipped = await this.shipping.ship(unit, this.recoveredUnits.has(unit.unit), pre ?? undefined, () => bodyRead(true));
+      // A unit the destination already had may be acknowledged without a read.
+      bodyRead(true);
     } catch (e) {
+      // A look-ahead that has not begun does not begin after a failed unit.
+      bodyRead(false);
       await look?.catch(() => undefined);
       if ((e as { tooLarge?: boolean }).tooLarge) {
         if (this.recoveredUnits.has(unit.unit)) throw recoveredTooLarge(this.sink, this.p, unit, e as Error);

@@ -63,8 +63,8 @@ export class UnitShipping {
   }
 
   /** Ship `i`; `recovered`: its intent was read back from disk. */
-  ship(i: Intent, recovered: boolean, pre?: Prefetch): Promise<Shipped> {
-    return shipUnit(this.env, this.sink, this.plan, this.source(i), i, recovered, pre);
+  ship(i: Intent, recovered: boolean, pre?: Prefetch, read?: () => void): Promise<Shipped> {
+    return shipUnit(this.env, this.sink, this.plan, this.source(i), i, recovered, pre, read);
   }
 }
 
@@ -119,6 +119,8 @@ export async function shipUnit(
   /** Read back from disk: its digest is computed again from the cache and must be the recorded one. */
   recovered: boolean,
   pre?: Prefetch,
+  /** Told when the shipper has read the unit's rows to their end (not when it reads none). */
+  read?: () => void,
 ): Promise<Shipped> {
   const p = u.p;
   const since = sinceOf(intent);
@@ -130,7 +132,7 @@ export async function shipUnit(
   // nothing to ship, no empty blob; the advance counts them as a gap.
   if (planned === 0) return { result: { rows: 0, bytes: 0, duplicate: false }, seen: [], refused: [] };
   const digest = await recordedDigest(sink, plan, intent, recovered);
-  const reads = new UnitReads(planned, sink.name, rangeText(p, intent.since, intent.until));
+  const reads = new UnitReads(planned, sink.name, rangeText(p, intent.since, intent.until), read);
   // The unit's own signal: what a shipper leaves on it goes with the unit, not onto the kernel's. @ref LLP 0069
   const link = linkSignals(env.signal);
   try {

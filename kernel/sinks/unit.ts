@@ -62,6 +62,8 @@ export class UnitReads {
     readonly planned: number,
     private readonly sink: string,
     private readonly where: string,
+    /** Told once, when a read first reaches the end of the unit's rows. */
+    private onWhole?: () => void,
   ) {}
 
   /** Run one read, counting its rows; `source` hands out items, notes their seqs and the rows it refused. */
@@ -80,6 +82,8 @@ export class UnitReads {
       throw e;
     }
     this.whole = { iteration, rows: rows + refused.length, seen, refused };
+    this.onWhole?.();
+    this.onWhole = undefined;
   }
 
   /** The seqs of the last whole read (for gap accounting). */
