@@ -120,14 +120,17 @@ class ByteReads {
   });
   broken = false;
 
-  constructor(readonly path: string, private readonly eio: boolean) {
+  constructor(
+    readonly path: string,
+    /** HYPSINK_FAULT_READ: reads that start before this byte fail with EIO (-1: none do). */
+    private readonly eioBelow: number,
+  ) {
     this.failure.catch(() => undefined); // raced against each read; never unhandled
   }
 
   /** What parquet-wasm gets for a slice's bytes: `read()`, or a promise that never settles once the read failed. */
-  read(start: number, size: number, read: () => Promise<ArrayBuffer>): Promise<ArrayBuffer> {
-    // HYPSINK_FAULT_READ: the footer (at the end) reads fine, data pages in the first half fail.
-    const fail = this.eio && start < size / 2;
+  read(start: number, read: () => Promise<ArrayBuffer>): Promise<ArrayBuffer> {
+    const fail = start < this.eioBelow;
     return (fail ? Promise.reject(Object.assign(new Error(`EIO: i/o error, read '${this.path}'`), { code: 'EIO' })) : read()).catch((e: unknown) => {
       this.trap(e);
       return new Promise<ArrayBuffer>(() => undefined);
@@ -149,7 +152,7 @@ class ByteReads {
       return await Promise.race([work, this.failure]);
     } catch (e) {
       if (!this.broken) throw e;
-      // A Blob's read says only NotReadableError: ask the file why; a permission is not damage (@ref LLP 0033).
+      // A read's errno never says permission: ask the file whether it is refused now; a permission is not damage (@ref LLP 0033).
       const denied = e instanceof WebAssembly.RuntimeError ? undefined : accessError(await whyUnreadable(this.path), ownerHint(`data file ${this.path}: ${what} failed`));
       if (denied) throw denied;
       const why =
@@ -177,7 +180,7 @@ class FileBytes {
 
   constructor(
     private readonly fh: fsp.FileHandle,
-    private readonly file: { readonly size: number; readonly bytes: ByteReads; readonly counters: ReadCounters },
+    private readonly file: { readonly bytes: ByteReads; readonly counters: ReadCounters },
     private readonly start: number,
     private readonly end: number,
   ) {}
@@ -194,7 +197,7 @@ class FileBytes {
   }
 
   arrayBuffer(): Promise<ArrayBuffer> {
-    return this.file.bytes.read(this.start, this.file.size, async () => {
+    return this.file.bytes.read(this.start, async () => {
       const buf = Buffer.allocUnsafeSlow(this.size);
       for (let at = 0; at < buf.length; ) {
         const { bytesRead } = await this.fh.read(buf, at, buf.length - at, this.start + at);
@@ -207,7 +210,10 @@ class FileBytes {
   }
 }
 
-/** The error opening `path` gives now, if any: the errno a failed Blob read does not carry. */
+/**
+ * The error opening `path` gives now, if any: a read on an open handle fails
+ * with EIO or a short read, never for a permission, so a refusal shows only here.
+ */
 async function whyUnreadable(path: string): Promise<unknown> {
   try {
     await (await fsp.open(path, 'r')).close();
@@ -251,8 +257,9 @@ export class ParquetReader {
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${path} listed in the manifest cannot be read: ${(e as Error).message}`, { cause: e });
     }
     counters.filesOpened += 1;
-    const bytes = new ByteReads(path, readFaulted(path));
-    const whole = new FileBytes(fh, { size, bytes, counters }, 0, size);
+    // HYPSINK_FAULT_READ: the footer (at the end) reads fine, data pages in the first half fail.
+    const bytes = new ByteReads(path, readFaulted(path) ? size / 2 : -1);
+    const whole = new FileBytes(fh, { bytes, counters }, 0, size);
     let reader: ParquetReader;
     try {
       reader = new ParquetReader(path, await bytes.race(parquetWasm().ParquetFile.fromFile(whole as unknown as Blob), 'reading its footer'), bytes, fh);

@@ -8,9 +8,10 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { openAsBlob, promises as fsp } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { zeroColumnPages } from '../support/damage.js';
 import { eventLines, ingestText, range, walkFiles, writeConfig } from '../support/kernel.js';
 import { testPg } from '../support/pg.js';
 import { pgConfig, pgWorkspace } from './helpers.js';
@@ -36,24 +37,8 @@ test('a data file damaged under a unit being streamed: HYPSINK_ERR_CORRUPT namin
   assert.equal(files.length, 2, 'two data files');
   const second = files[1]!;
   const original = await fsp.readFile(second);
-  // Zeros over the `msg` pages of its last row group: its footer and its seq and row id pages
-  // are whole, so the unit is planned and digested, and fails only where its body is read.
-  const { ParquetFile } = await import('parquet-wasm');
-  const file = await ParquetFile.fromFile(await openAsBlob(second));
-  const meta = file.metadata();
-  // Column chunks follow each other from byte 4 (after PAR1), row group by row group, in schema order.
-  let at = 4;
-  let msg: { start: number; size: number } | undefined;
-  for (const group of meta.rowGroups()) {
-    for (const c of group.columns()) {
-      if (c.columnPath().join('.') === 'msg') msg = { start: at, size: c.compressedSize() };
-      at += c.compressedSize();
-    }
-  }
-  assert.ok(msg && msg.size > 256, 'the last row group has msg pages');
-  const damaged = Buffer.from(original);
-  damaged.fill(0, msg.start + 64, msg.start + msg.size - 16);
-  await fsp.writeFile(second, damaged);
+  // Its footer, seq and row id pages whole: the unit is planned and digested, and fails where its body is read.
+  await zeroColumnPages(second, 'msg');
 
   let { k } = await w.open();
   try {

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { randomBytes } from 'node:crypto';
 import { assertExactlyOnce, cliStatus, runBin, eventLines, ingestText, openKernel, partitionStatus, range, readExports, sampleConfig, walkFiles, writeConfig } from '../support/kernel.js';
+import { zeroColumnPages } from '../support/damage.js';
 import { tempDir } from '../support/tmp.js';
 
 /** Two data files in one partition, one unit over both: the second file is the damaged one. */
@@ -82,6 +83,12 @@ async function damagedThenRestored(damage: Damage, writer?: string, env: Record<
 
 test('Parquet sink: a truncated second file fails the unit, no blob, watermark kept; restored, it ships once', () => damagedThenRestored(truncate));
 test('Parquet sink: a zeroed range in the second file fails the unit, no blob, watermark kept', () => damagedThenRestored(zeroMiddle));
+// Truncation and EIO fail the unit at its digest, which reads every seq and row id page of the
+// range before the intent (LLP 0054); damage to a user column's pages alone is met only in the
+// body, after the unit's first batches were encoded: the rule must hold there too.
+test('Parquet sink: the msg pages of the second file damaged (seq and row id pages whole) fail the unit in its body, no blob, watermark kept', () =>
+  damagedThenRestored((f) => zeroColumnPages(f, 'msg')));
+test('JSONL sink: the same damage fails the unit the same way', () => damagedThenRestored((f) => zeroColumnPages(f, 'msg'), '@hypsink/format-jsonl'));
 test('Parquet sink: EIO at read (HYPSINK_FAULT_READ) fails the unit, no blob, watermark kept', async () => {
   await damagedThenRestored(async () => undefined, undefined, { HYPSINK_FAULT_READ: '-11-' });
 });
