@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { S3Client } from '@aws-sdk/client-s3';
 import { parquetMetadata } from 'hyparquet';
+import { DuckDBInstance } from '@duckdb/node-api';
 import { eventLines, FIXTURE_PLUGINS, ingestText, type Json, openKernel, sampleConfig, writeConfig, withKernel as run } from '../support/kernel.js';
 import { avroFilesOf, avroFilesOfS3, checkAvroFiles, fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
 import { throwingAt } from '../support/fault.js';
@@ -185,6 +186,50 @@ test('rows over several days: one data file per day, each in its day partition, 
   const { manifests } = await checkAvroFiles(await avroFilesOf(s.table));
   assert.equal(manifests.length, 1);
   assert.equal(manifests[0]!.entries.length, days.length);
+});
+
+test('days on both sides of the epoch and far from it: each row in its day partition, the first row\'s day first (LLP 0095)', async () => {
+  const s = await setup();
+  // The first row's day (1969-12-31, a millisecond before the epoch) names the first file; its
+  // milliseconds are negative, so a day taken from the column's 32-bit halves must carry the sign.
+  const stamps = ['1969-12-31T23:59:59.999Z', '1970-01-01T00:00:00.000Z', '1900-06-01T12:00:00.000Z', '2500-01-01T23:59:59.999Z', '1969-12-31T00:00:00.000Z', '2026-03-01T00:00:00.001Z'];
+  const lines = stamps.map((ts, i) => JSON.stringify({ id: i + 1, ts, msg: `m${i + 1}` })).join('\n');
+  await run(s.config, async (k) => {
+    const r = await ingestText(k, 'web', `${lines}\n`);
+    assert.equal(r.rejected, 0, JSON.stringify(r));
+    const e = await k.export('lake');
+    for (const p of e[0]!.partitions) assert.equal(p.error, null, JSON.stringify(p.error));
+  });
+  const { rows } = await readLocal(s);
+  assertIds(rows, range(1, stamps.length), 'epoch table');
+  const data = join(s.table, 'data', 'source=web');
+  const days = readdirSync(data).sort();
+  assert.deepEqual(days, ['ts_day=1900-06-01', 'ts_day=1969-12-31', 'ts_day=1970-01-01', 'ts_day=2026-03-01', 'ts_day=2500-01-01']);
+  // local-fs keeps a commit record for each data file (its digest, for verify), none for the table's
+  // metadata, manifests and lists, put exclusive: nothing would read one (LLP 0095).
+  const commits = join(s.dir, 'lake', '.hypsink-tmp', 'commits');
+  const recorded = readdirSync(commits).map((n) => (JSON.parse(readFileSync(join(commits, n), 'utf8')) as { key: string }).key).sort();
+  const dataFiles = days.map((day) => `events/data/source=web/${day}/${readdirSync(join(data, day))[0]}`).sort();
+  assert.deepEqual(recorded, dataFiles);
+  // Each day's file holds that day's rows (read by DuckDB, not by us).
+  const db = await DuckDBInstance.create(':memory:');
+  const c = await db.connect();
+  const byDay = new Map<string, number[]>();
+  for (const [i, ts] of stamps.entries()) {
+    const day = `ts_day=${ts.slice(0, 10)}`;
+    byDay.set(day, [...(byDay.get(day) ?? []), i + 1]);
+  }
+  try {
+    for (const day of days) {
+      const files = readdirSync(join(data, day));
+      assert.equal(files.length, 1, day);
+      const ids = (await c.runAndReadAll(`SELECT id FROM '${join(data, day, files[0]!)}' ORDER BY id`)).getRowObjects().map((r) => Number(r.id));
+      assert.deepEqual(ids, byDay.get(day), day);
+    }
+  } finally {
+    c.closeSync();
+    db.closeSync();
+  }
 });
 
 test('schema evolution: a nullable column added to the dataset is a new field; older files read it as null; a changed type is refused', async () => {
