@@ -113,6 +113,17 @@ export interface UnitShipper {
    */
   readonly reads?: 'ndjson' | 'batches';
   /**
+   * Optional: a unit of `partition` was planned and is about to be digested
+   * (its rows' seqs and ids read from the cache) before it ships. Open what the
+   * first `ship` needs meanwhile (a connection from a pool), so that the two
+   * overlap. Called without waiting for it, before a partition's first unit of
+   * an export (so only when there is one to ship); it may be called again and
+   * must not throw nor write anything anyone can see: a failure here is met
+   * again, and reported, by `ship`.
+   * @ref LLP 0096
+   */
+  warm?(partition: PartitionRef): void;
+  /**
    * Optional connection check (`hypsink validate --connect`): reach the
    * destination as an export would, WITHOUT writing anything anyone can see
    * there, and resolve with a short line of what was checked (e.g. "receiver

@@ -207,6 +207,15 @@ class PartitionExport {
         return null;
       }
     }
+    // The destination is reached while the unit's digest reads the cache. @ref LLP 0096
+    if (this.out.units === 0 && this.sink.kind === 'request') {
+      try {
+        this.sink.shipper.warm?.(this.p);
+      } catch (e) {
+        // Only a head start: ship meets the same failure and reports it.
+        this.env.log.debug({ sink: this.sink.name, error: (e as Error).message }, 'warm threw');
+      }
+    }
     const until = cont(next.plan.until);
     const digest = await this.plan.digest(seqOf(base.continuation), until.seq);
     const unit = this.plan.intent(base.continuation, until, next.plan.rows, digest, base.shippedUntil);

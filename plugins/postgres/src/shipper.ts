@@ -110,6 +110,8 @@ export class PostgresShipper implements UnitShipper {
   private pool: pg.Pool | null = null;
   /** The pool being opened (prefer and allow first find the transport that works). */
   private opening: Promise<pg.Pool> | null = null;
+  /** The connection warm() is opening, until an attempt waits for it: null once open, or why it failed. */
+  private warmed: Promise<{ failed: unknown } | null> | null = null;
   private ownTables: Promise<void> | null = null;
   /** Tables known to fit a column set (by dataset and columns), this run. */
   private readonly fitted = new Map<string, Promise<void>>();
@@ -200,8 +202,34 @@ export class PostgresShipper implements UnitShipper {
     return this.opening;
   }
 
-  /** A connection of the pool; with prefer or allow, a failed one drops the pool, so the next decides the transport again. */
+  /**
+   * A connection opened ahead of the first unit and left idle in the pool (which hears an idle
+   * connection's loss), for the next attempt; its failure is that attempt's, retried as any, so a
+   * destination that is down is tried no more often than before. Opening it overlaps the unit's
+   * digest. @ref LLP 0096
+   */
+  warm(): void {
+    if (this.warmed || (this.pool && this.pool.idleCount > 0)) return;
+    this.warmed = this.open().then(
+      (client) => {
+        client.release();
+        return null;
+      },
+      (e: unknown) => ({ failed: e }),
+    );
+  }
+
+  /** A connection for an attempt: the pool's, once the one warm() is opening is there (or failed: then this attempt fails so). */
   private async connect(): Promise<pg.PoolClient> {
+    const warmed = this.warmed;
+    this.warmed = null;
+    const failure = warmed ? await warmed : null;
+    if (failure) throw failure.failed;
+    return this.open();
+  }
+
+  /** A connection of the pool; with prefer or allow, a failed one drops the pool, so the next decides the transport again. */
+  private async open(): Promise<pg.PoolClient> {
     const pool = await this.getPool();
     try {
       return await pool.connect();
