@@ -12,7 +12,7 @@ import type { ShipResult, Unit, UnitShipper } from '../types/sinks.js';
 export type Probe =
   /** Kill the instant the `at`-th ship resolves: before any I/O callback can run (a write the ship did not await never starts). */
   | { readonly mode: 'resolved'; readonly at: number; readonly log: string }
-  /** Kill just before the `at`-th I/O callback (a file operation done, a socket read, a timer) of work a ship started. */
+  /** Kill just before the `at`-th I/O callback (a file operation done, a socket read, a timer) of work a ship (or `warm`) started. */
   | { readonly mode: 'inShip'; readonly at: number; readonly log: string }
   /** At the first ship: log its id and what `unitId` says for its range now, then kill before it ships. */
   | { readonly mode: 'ids'; readonly log: string }
@@ -43,13 +43,19 @@ const note = (log: string, e: ProbeEntry) => appendFileSync(log, `${JSON.stringi
  * make), every other member its own (getters and `this` kept). The kernel's
  * blob shipper ships through `shipGuarded` (the unit's read guard with it).
  */
-function around(shipper: UnitShipper, ship: (unit: Unit, call: (unit: Unit) => Promise<ShipResult>) => Promise<ShipResult>): UnitShipper {
+function around(
+  shipper: UnitShipper,
+  ship: (unit: Unit, call: (unit: Unit) => Promise<ShipResult>) => Promise<ShipResult>,
+  /** How `warm` runs (as it is, by default). */
+  warm: (call: () => void) => void = (call) => call(),
+): UnitShipper {
   return new Proxy(shipper, {
     get(target, key) {
       const v = Reflect.get(target, key, target) as unknown;
       if (typeof v !== 'function') return v;
       const f = (v as (...a: unknown[]) => Promise<ShipResult>).bind(target);
       if (key === 'ship' || key === 'shipGuarded') return (unit: Unit, ...rest: unknown[]) => ship(unit, (u) => f(u, ...rest));
+      if (key === 'warm') return (...a: unknown[]) => warm(() => void f(...a));
       return f;
     },
   });
@@ -115,7 +121,15 @@ export function shipProbe(probe: Probe): (shipper: UnitShipper) => UnitShipper {
             return reads.has(key) ? () => outside(f() as AsyncIterable<unknown>) : f;
           },
         });
-      return (s) => around(s, (unit, call) => inShip.run(unit.id, () => call(unitOf(unit))));
+      // What `warm` opens ahead of the first ship (a connection, LLP 0096) is the ships' work too: its
+      // callbacks (a connection's reads, during the ships as well) count, as they did when the first
+      // ship opened it. Killed there, the unit may not even be recorded yet: a moment like any other.
+      return (s) =>
+        around(
+          s,
+          (unit, call) => inShip.run(unit.id, () => call(unitOf(unit))),
+          (call) => inShip.run('(warm, before the first ship)', call),
+        );
     }
     case 'ids':
       return (s) =>
