@@ -398,6 +398,29 @@ describe('routed fetch and icebird', () => {
     );
     assert.equal(globalThis.fetch, original);
 
+    // A fetch of someone else's made while a routed read is under way (another simulation seed in
+    // this process: seed 341 of a fresh-clone CI met seed 343's route) is not routed.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    // Another table's route, which owns no URL of this server.
+    const routed = withRoutedFetch(fileRoute(tempDir('hypsink-route-other-'), 'http://127.0.0.1:9'), async () => {
+      entered();
+      await held;
+    });
+    await inside;
+    try {
+      assert.equal(await (await fetch(`${srv.url}/a.txt`)).text(), 'hello', 'a fetch outside the routed read reaches its own URL');
+    } finally {
+      release();
+      await routed;
+    }
+
     // icebird failing midway (no such table) restores fetch too.
     await assert.rejects(readIcebergTable({ tableUrl: pathToFileURL(path.join(root, 'nope')).href, route }), /version/);
     assert.equal(globalThis.fetch, original);

@@ -15,6 +15,7 @@
  * values; numbers would lose them). Rows from readIcebergTable are as hyparquet
  * decodes them (INT64 columns are bigints).
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { createReadStream } from 'node:fs';
 import { readFile, readdir, realpath, stat } from 'node:fs/promises';
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http';
@@ -215,9 +216,14 @@ export function anyRoute(...routes: Route[]): Route {
 // One routed fetch at a time: a second wrapper would capture the first as "original".
 let routing: Promise<void> = Promise.resolve();
 
+/** The route of the read whose async context a fetch is made in. */
+const routeOf = new AsyncLocalStorage<Route>();
+
 /**
- * Run `fn` with globalThis.fetch sending every URL through `route`; fetch is
- * restored afterwards, also when `fn` throws. Calls are serialized.
+ * Run `fn` with globalThis.fetch sending every URL `fn` fetches through
+ * `route`; fetch is restored afterwards, also when `fn` throws. Calls are
+ * serialized. A fetch made meanwhile outside `fn` (another simulation seed in
+ * this process) is not routed: seed 341 of a CI run met seed 343's route.
  */
 export async function withRoutedFetch<T>(route: Route, fn: () => Promise<T>): Promise<T> {
   const prev = routing;
@@ -228,6 +234,8 @@ export async function withRoutedFetch<T>(route: Route, fn: () => Promise<T>): Pr
   await prev;
   const original = globalThis.fetch;
   globalThis.fetch = ((input: string | URL | Request, init?: RequestInit) => {
+    const route = routeOf.getStore();
+    if (route === undefined) return original(input, init);
     try {
       if (input instanceof Request) return original(new Request(route(input.url), input), init);
       return original(route(input instanceof URL ? input.href : input), init);
@@ -236,7 +244,7 @@ export async function withRoutedFetch<T>(route: Route, fn: () => Promise<T>): Pr
     }
   }) as typeof fetch;
   try {
-    return await fn();
+    return await routeOf.run(route, fn);
   } finally {
     globalThis.fetch = original;
     done();
