@@ -121,9 +121,16 @@ export interface TableTarget {
 /**
  * Make the table fit `columns` (the unit's, fixed in its intent): create it,
  * add a nullable column the dataset gained, or refuse with the column that
- * differs. Runs in its own transaction.
+ * differs. A table that fits already (every run after the first) is read
+ * once, outside any transaction and without the DDL lock: one round trip
+ * before the unit's COPY, not four, and a host holding the lock for its DDL
+ * does not hold up the exports of the others. Only DDL takes the lock, in a
+ * transaction of its own, reading the table again under it.
+ * @ref LLP 0097: a table that fits is read, not locked
  */
 export async function ensureTable(c: pg.ClientBase, t: TableTarget, columns: readonly ColumnSpec[]): Promise<void> {
+  const seen = await tableColumns(c, t.schema, t.table);
+  if (seen !== null && columnsToAdd(t, seen, columns).length === 0) return;
   const full = `${q(t.schema)}.${q(t.table)}`;
   const shown = `${t.schema}.${t.table}`;
   await inLock(c, shown, async () => {
@@ -137,40 +144,53 @@ export async function ensureTable(c: pg.ClientBase, t: TableTarget, columns: rea
       }
       const defs = [`${q(SOURCE_COLUMN)} text NOT NULL`, ...columns.map((col) => `${q(col.name)} ${PG_TYPES[col.type].ddl}${col.nullable ? '' : ' NOT NULL'}`)];
       await c.query(`CREATE TABLE ${full} (${defs.join(', ')})`);
-      have = await tableColumns(c, t.schema, t.table);
+      have = (await tableColumns(c, t.schema, t.table)) ?? [];
     }
-    const byName = new Map((have ?? []).map((x) => [x.name, x]));
-    const wanted: ColumnSpec[] = [{ name: SOURCE_COLUMN, type: 'STRING', nullable: false }, ...columns];
-    for (const col of wanted) {
-      const got = byName.get(col.name);
-      const expect = PG_TYPES[col.type].shown;
-      if (!got) {
-        if (t.create && col.nullable) {
-          await c.query(`ALTER TABLE ${full} ADD COLUMN ${q(col.name)} ${PG_TYPES[col.type].ddl}`);
-          continue;
-        }
-        throw new HypsinkError(
-          'HYPSINK_ERR_DESTINATION',
-          `sink "${t.sink}": table ${shown} has no column "${col.name}" (${expect}${col.nullable ? '' : ' NOT NULL'}), which the dataset has; ` +
-            (col.nullable ? 'add it, or set config.createTable to true to let the sink add it' : `add it (ALTER TABLE ${full} ADD COLUMN ${q(col.name)} ${PG_TYPES[col.type].ddl})`),
-        );
-      }
-      if (got.type !== expect) {
-        throw new HypsinkError(
-          'HYPSINK_ERR_DESTINATION',
-          `sink "${t.sink}": column "${col.name}" of table ${shown} is ${got.type}, but the dataset's ${col.type} column goes to ${expect}; change the column's type or point config.table at another table`,
-        );
-      }
-    }
-    for (const got of have ?? []) {
-      if (!wanted.some((w) => w.name === got.name) && !got.nullable && !got.hasDefault) {
-        throw new HypsinkError(
-          'HYPSINK_ERR_DESTINATION',
-          `sink "${t.sink}": table ${shown} has a NOT NULL column "${got.name}" without a default that the dataset does not have, so no row could be written; give it a default, make it nullable, or point config.table at another table`,
-        );
-      }
-    }
+    for (const col of columnsToAdd(t, have, columns)) await c.query(`ALTER TABLE ${full} ADD COLUMN ${q(col.name)} ${PG_TYPES[col.type].ddl}`);
   });
+}
+
+/**
+ * The columns to add for the table to fit `columns` (nullable ones the
+ * dataset gained, with config.createTable); any other difference is refused,
+ * naming the column and what to do.
+ */
+function columnsToAdd(t: TableTarget, have: readonly TableColumn[], columns: readonly ColumnSpec[]): ColumnSpec[] {
+  const full = `${q(t.schema)}.${q(t.table)}`;
+  const shown = `${t.schema}.${t.table}`;
+  const byName = new Map(have.map((x) => [x.name, x]));
+  const wanted: ColumnSpec[] = [{ name: SOURCE_COLUMN, type: 'STRING', nullable: false }, ...columns];
+  const add: ColumnSpec[] = [];
+  for (const col of wanted) {
+    const got = byName.get(col.name);
+    const expect = PG_TYPES[col.type].shown;
+    if (!got) {
+      if (t.create && col.nullable) {
+        add.push(col);
+        continue;
+      }
+      throw new HypsinkError(
+        'HYPSINK_ERR_DESTINATION',
+        `sink "${t.sink}": table ${shown} has no column "${col.name}" (${expect}${col.nullable ? '' : ' NOT NULL'}), which the dataset has; ` +
+          (col.nullable ? 'add it, or set config.createTable to true to let the sink add it' : `add it (ALTER TABLE ${full} ADD COLUMN ${q(col.name)} ${PG_TYPES[col.type].ddl})`),
+      );
+    }
+    if (got.type !== expect) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_DESTINATION',
+        `sink "${t.sink}": column "${col.name}" of table ${shown} is ${got.type}, but the dataset's ${col.type} column goes to ${expect}; change the column's type or point config.table at another table`,
+      );
+    }
+  }
+  for (const got of have) {
+    if (!wanted.some((w) => w.name === got.name) && !got.nullable && !got.hasDefault) {
+      throw new HypsinkError(
+        'HYPSINK_ERR_DESTINATION',
+        `sink "${t.sink}": table ${shown} has a NOT NULL column "${got.name}" without a default that the dataset does not have, so no row could be written; give it a default, make it nullable, or point config.table at another table`,
+      );
+    }
+  }
+  return add;
 }
 
 function describeColumns(columns: readonly ColumnSpec[]): string {
