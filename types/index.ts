@@ -12,5 +12,6 @@ export * from './schema.js';
 export * from './signals.js';
 export type * from './sinks.js';
 export * from './storage.js';
+export * from './thrift-compact.js';
 export type * from './transforms.js';
 export * from './postgres.js';

@@ -5,7 +5,7 @@
  * @ref LLP 0003: seq-stat pruning
  */
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
-import { type Data, Field, makeData, RecordBatch, Schema, Struct, type Utf8, type Vector } from 'apache-arrow';
+import { type Data, Field, makeData, RecordBatch, Schema, Struct, Utf8, type Vector } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema, Row } from '../../types/schema.js';
 import type {
@@ -20,11 +20,13 @@ import type {
   StorageService,
   TableRef,
 } from '../../types/storage.js';
+import { HASH128_CHARS } from '../flush/hash128.js';
 import { isDecimalSeq } from '../io/durable.js';
 import { arrowType, buildColumn, ROW_ID_COLUMN, SEQ_COLUMN, toRowValue } from './columns.js';
 import { conformWithRowIds } from './legacy-ids.js';
 import { effSeq, type FileEntry, manifestHighWater, manifestRows } from './manifest.js';
 import { ParquetReader } from './parquet.js';
+import { RowIdPages } from './row-id-pages.js';
 import type { PartitionStore, Snapshot } from './partition.js';
 
 export interface ReaderHost {
@@ -114,6 +116,60 @@ export function upperBound(seqs: Vector | null, n: number, x: bigint): number {
     else a = m + 1;
   }
   return a;
+}
+
+const MAX_EXACT = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * The rows `[start, end)` of a row group within bounds `b`, when the manifest
+ * says its seqs are contiguous (its rows are maxSeq - minSeq + 1, none a
+ * legacy 0): then they are minSeq, minSeq + 1, ... without reading them. The
+ * unit's own read checks the group's first and last seq and their order
+ * (paired assertions), so a group that holds other seqs fails the unit that
+ * ships it. Null otherwise: the seqs are read.
+ */
+function contiguous(rg: FileEntry['rowGroups'][number], b: { lo: bigint; hi: bigint }): [number, number] | null {
+  if (rg.minSeq === null || rg.maxSeq === null || rg.rows <= 0) return null;
+  const min = BigInt(rg.minSeq);
+  const max = BigInt(rg.maxSeq);
+  if (min < 1n || max > MAX_EXACT || max - min + 1n !== BigInt(rg.rows)) return null;
+  const at = (x: bigint) => (x < min ? 0 : x - min + 1n >= BigInt(rg.rows) ? rg.rows : Number(x - min + 1n));
+  const start = at(b.lo);
+  const end = at(b.hi);
+  return end > start ? [start, end] : null;
+}
+
+/** Seqs minSeq + start ... minSeq + end - 1 of a contiguous group, written by their 32-bit halves (no BigInt per row). */
+export function seqRange(rg: Pick<FileEntry['rowGroups'][number], 'minSeq'>, start: number, end: number): BigInt64Array {
+  const out = new BigInt64Array(end - start);
+  const halves = new Uint32Array(out.buffer);
+  // contiguous() takes only groups whose seqs are below 2^53: exact as numbers.
+  const first = Number(rg.minSeq) + start;
+  const high = Math.floor(first / 4294967296);
+  const low = first - high * 4294967296;
+  // The high half changes only where the low one wraps (at most once in a group, in practice never).
+  for (let i = 0, lo = low, hi = high; i < out.length; i++, lo++) {
+    if (lo === 4294967296) {
+      lo = 0;
+      hi++;
+    }
+    halves[2 * i] = lo;
+    halves[2 * i + 1] = hi;
+  }
+  return out;
+}
+
+/** Rows [start, end) of a group's ids (22 bytes each) as a Utf8 column. */
+function idData(ids: Uint8Array, start: number, end: number): Data<Utf8> {
+  const n = end - start;
+  const offsets = new Int32Array(n + 1);
+  for (let i = 0; i <= n; i++) offsets[i] = i * HASH128_CHARS;
+  return makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets: offsets, data: ids.subarray(start * HASH128_CHARS, end * HASH128_CHARS) });
+}
+
+/** A batch of `n` rows and no column: what a digest's read yields beside the seqs and ids. */
+function noColumns(n: number): RecordBatch {
+  return new RecordBatch(new Schema([]), makeData({ type: new Struct([]), length: n, nullCount: 0, children: [] }));
 }
 
 export class CacheStorage implements StorageService {
@@ -273,8 +329,29 @@ export class CacheStorage implements StorageService {
     // Only the columns asked for and the seq (and the row id for a digest); batch ids are never decoded here.
     const wanted = [...cols.map((c) => c.name), SEQ_COLUMN, ...(withIds ? [ROW_ID_COLUMN] : [])];
     const file = new LazyFile(path, f, this.counters);
+    // A digest's read (the ids and seqs, no column): the ids from their pages, where they read so. @ref LLP 0098
+    let pages: Promise<RowIdPages | null> | undefined;
     try {
-      for (const g of groups) {
+      const digestOnly = withIds && cols.length === 0;
+      for (let i = 0; i < groups.length; i++) {
+        const g = groups[i]!;
+        const rg = f.rowGroups[g]!;
+        const seqs = digestOnly ? contiguous(rg, b) : null;
+        if (seqs) {
+          pages ??= RowIdPages.open(path, f.rowGroups.map((x) => x.rows), this.counters);
+          const next = groups[i + 1];
+          const ids = await (await pages)?.ids(g, next !== undefined && contiguous(f.rowGroups[next]!, b) ? next : undefined);
+          if (ids) {
+            this.counters.rowGroupsRead += 1;
+            const [start, end] = seqs;
+            const range = seqRange(rg, start, end);
+            order(range[0]!, range[range.length - 1]!);
+            this.counters.rowsRead += range.length;
+            yield { batch: noColumns(range.length), seqs: range, ids: idData(ids, start, end) };
+            await yieldToLoop();
+            continue;
+          }
+        }
         for (let raw of await this.readGroup(file, g, wanted, reuse)) {
           // A legacy file has no row ids: they are derived from the whole row, as compaction derives them.
           if (withIds && raw.getChild(ROW_ID_COLUMN) === null) raw = await this.legacyIds(file, g, p, raw);
@@ -293,6 +370,7 @@ export class CacheStorage implements StorageService {
       }
     } finally {
       file.close();
+      if (pages) (await pages)?.close();
     }
   }
 

@@ -9,114 +9,18 @@
  * tail is held back to do it.
  * @ref LLP 0069
  */
-import { HypsinkError } from 'hypsink/plugin';
+import { HypsinkError, ThriftReader as Reader, ThriftType } from 'hypsink/plugin';
 
 /** The tail held back while the file streams: a footer is far smaller (tens of kB for a large unit). */
 const HOLD = 8 << 20;
 const MAGIC = [0x50, 0x41, 0x52, 0x31]; // PAR1
 
-// Thrift compact types.
-const T_TRUE = 1;
-const T_FALSE = 2;
-const T_BYTE = 3;
-const T_I16 = 4;
-const T_I32 = 5;
-const T_I64 = 6;
-const T_DOUBLE = 7;
-const T_BINARY = 8;
-const T_LIST = 9;
-const T_SET = 10;
-const T_MAP = 11;
-const T_STRUCT = 12;
+const { I32: T_I32, BINARY: T_BINARY, LIST: T_LIST, STRUCT: T_STRUCT } = ThriftType;
 
 /** Parquet's ConvertedType JSON, as a compact i32 (zigzag varint of 19). */
 const CONVERTED_JSON = Uint8Array.of(38);
 /** LogicalType { 12: JSON {} } as a compact struct value. */
 const LOGICAL_JSON = Uint8Array.of((12 << 4) | T_STRUCT, 0, 0);
-
-class Reader {
-  pos = 0;
-  constructor(readonly b: Uint8Array) {}
-  byte(): number {
-    if (this.pos >= this.b.length) throw new Error('footer ends early');
-    return this.b[this.pos++]!;
-  }
-  varint(): bigint {
-    let shift = 0n;
-    let out = 0n;
-    for (;;) {
-      const x = this.byte();
-      out |= BigInt(x & 0x7f) << shift;
-      if ((x & 0x80) === 0) return out;
-      shift += 7n;
-    }
-  }
-  skip(type: number): void {
-    switch (type) {
-      case T_TRUE:
-      case T_FALSE:
-        return; // in a struct, a bool is its field header; in a list, one byte (skipped by the list)
-      case T_BYTE:
-        this.pos++;
-        return;
-      case T_I16:
-      case T_I32:
-      case T_I64:
-        this.varint();
-        return;
-      case T_DOUBLE:
-        this.pos += 8;
-        return;
-      case T_BINARY: {
-        // Not `this.pos += …`: that reads pos before the varint moves it.
-        const n = Number(this.varint());
-        this.pos += n;
-        return;
-      }
-      case T_LIST:
-      case T_SET: {
-        const h = this.byte();
-        const n = h >> 4 === 15 ? Number(this.varint()) : h >> 4;
-        const et = h & 0x0f;
-        for (let i = 0; i < n; i++) {
-          if (et === T_TRUE || et === T_FALSE) this.pos++;
-          else this.skip(et);
-        }
-        return;
-      }
-      case T_MAP: {
-        const n = Number(this.varint());
-        if (n === 0) return;
-        const kv = this.byte();
-        for (let i = 0; i < n; i++) {
-          this.skip(kv >> 4);
-          this.skip(kv & 0x0f);
-        }
-        return;
-      }
-      case T_STRUCT:
-        for (const f of this.fields()) this.skip(f.type);
-        return;
-      default:
-        throw new Error(`unknown Thrift compact type ${type}`);
-    }
-  }
-  /** A struct's field headers, one by one; the caller reads or skips each value. */
-  *fields(): Generator<{ id: number; type: number }> {
-    let last = 0;
-    for (;;) {
-      const h = this.byte();
-      if (h === 0) return;
-      const type = h & 0x0f;
-      const delta = h >> 4;
-      const id = delta === 0 ? Number(zigzag(this.varint())) : last + delta;
-      last = id;
-      yield { id, type };
-    }
-  }
-}
-
-const zigzag = (v: bigint) => (v >> 1n) ^ -(v & 1n);
 
 function varintBytes(v: number): number[] {
   const out: number[] = [];
