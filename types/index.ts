@@ -5,6 +5,7 @@ export type * from './config-file.js';
 export * from './content.js';
 export * from './engine-types.js';
 export * from './errors.js';
+export * from './parquet-footer.js';
 export * from './parquet-writer.js';
 export type * from './hooks.js';
 export * from './plugins.js';

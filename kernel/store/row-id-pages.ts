@@ -18,6 +18,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import type { ReadCounters } from '../../types/storage.js';
+import { footerBytes, type ParquetFooter, ParquetPhysical, parseParquetFooter } from '../../types/parquet-footer.js';
 import { ThriftReader, ThriftType as T } from '../../types/thrift-compact.js';
 import { readFaulted } from '../fault.js';
 import { HASH128_CHARS } from '../flush/hash128.js';
@@ -28,10 +29,7 @@ const ID_BYTES: 22 = HASH128_CHARS;
 
 /** Read at the end of the file first: the footer of a cache file (tens of row groups) fits. */
 const TAIL = 64 << 10;
-const MAGIC = 0x31524150; // "PAR1", little-endian
-
 // Parquet's enums (parquet.thrift).
-const BYTE_ARRAY = 6;
 const REQUIRED = 0;
 const OPTIONAL = 1;
 const UNCOMPRESSED = 0;
@@ -47,118 +45,28 @@ interface Chunk {
 }
 
 /** The id column's chunks, one per row group; null when the file's layout is not the one read here. */
-export function idChunks(footer: Uint8Array, rowsPerGroup: readonly number[]): { chunks: Chunk[]; optional: boolean } | null {
+export function idChunks(meta: Uint8Array, rowsPerGroup: readonly number[]): { chunks: Chunk[]; optional: boolean } | null {
+  let footer: ParquetFooter;
   try {
-    return footerChunks(new ThriftReader(footer), rowsPerGroup);
+    footer = parseParquetFooter(meta);
   } catch {
     return null; // a footer that does not parse
   }
-}
-
-function footerChunks(r: ThriftReader, rowsPerGroup: readonly number[]): { chunks: Chunk[]; optional: boolean } | null {
-  let column = -1;
-  let optional = false;
+  // Element 0 is the root; the columns follow, flat (a cache file's columns are never nested).
+  const columns = footer.schema.slice(1);
+  const column = columns.findIndex((c) => c.name === ROW_ID_COLUMN);
+  const e = columns[column];
+  if (!e || columns.some((c) => c.children > 0) || e.type !== ParquetPhysical.BYTE_ARRAY || (e.repetition !== OPTIONAL && e.repetition !== REQUIRED)) return null;
+  if (footer.rowGroups.length !== rowsPerGroup.length) return null;
   const chunks: Chunk[] = [];
-  let groups = -1;
-  for (const f of r.fields()) {
-    if (f.id === 2 && f.type === T.LIST) {
-      const { n } = r.list();
-      for (let i = 0; i < n; i++) {
-        const e = schemaElement(r);
-        // Element 0 is the root; the columns follow, flat (a cache file's columns are never nested).
-        if (i === 0) continue;
-        if (e.children > 0) return null;
-        if (e.name === ROW_ID_COLUMN) {
-          if (e.type !== BYTE_ARRAY || (e.repetition !== OPTIONAL && e.repetition !== REQUIRED)) return null;
-          column = i - 1;
-          optional = e.repetition === OPTIONAL;
-        }
-      }
-    } else if (f.id === 4 && f.type === T.LIST) {
-      if (column < 0) return null;
-      const { n } = r.list();
-      groups = n;
-      for (let g = 0; g < n; g++) {
-        const c = rowGroupChunk(r, column);
-        if (!c || c.values !== rowsPerGroup[g]) return null;
-        chunks.push(c);
-      }
-    } else r.skip(f.type);
+  for (const [g, rg] of footer.rowGroups.entries()) {
+    const c = rg.columns[column];
+    const rows = rowsPerGroup[g];
+    if (!c || c.path !== ROW_ID_COLUMN || c.filePath !== undefined || c.codec !== UNCOMPRESSED || c.dictionaryPageOffset !== undefined) return null;
+    if (rg.rows !== rows || c.values !== rows || c.compressedSize <= 0 || c.dataPageOffset < 4) return null;
+    chunks.push({ offset: c.dataPageOffset, size: c.compressedSize, values: c.values });
   }
-  return groups === rowsPerGroup.length ? { chunks, optional } : null;
-}
-
-function schemaElement(r: ThriftReader): { name: string | undefined; type: number; repetition: number; children: number } {
-  const e = { name: undefined as string | undefined, type: -1, repetition: -1, children: 0 };
-  for (const f of r.fields()) {
-    if (f.id === 1 && f.type === T.I32) e.type = r.int();
-    else if (f.id === 3 && f.type === T.I32) e.repetition = r.int();
-    else if (f.id === 4 && f.type === T.BINARY) e.name = Buffer.from(r.binary()).toString('utf8');
-    else if (f.id === 5 && f.type === T.I32) e.children = r.int();
-    else r.skip(f.type);
-  }
-  return e;
-}
-
-/** The chunk of column `column` in a RowGroup struct; null when it is not a plain, uncompressed, dictionary-free chunk of the id. */
-function rowGroupChunk(r: ThriftReader, column: number): Chunk | null {
-  let out: Chunk | null = null;
-  let ok = true;
-  for (const f of r.fields()) {
-    if (f.id !== 1 || f.type !== T.LIST) {
-      r.skip(f.type);
-      continue;
-    }
-    const { n } = r.list();
-    for (let j = 0; j < n; j++) {
-      if (j !== column) {
-        r.skip(T.STRUCT);
-        continue;
-      }
-      const m = columnMeta(r);
-      if (!m) ok = false;
-      else out = m;
-    }
-  }
-  return ok ? out : null;
-}
-
-/** A ColumnChunk's metadata, when it is what is read here. */
-function columnMeta(r: ThriftReader): Chunk | null {
-  let meta: Chunk | null = null;
-  let ok = true;
-  for (const f of r.fields()) {
-    // 1: file_path (another file holds the chunk): not a cache file's layout.
-    if (f.id === 1) ok = false;
-    if (f.id !== 3 || f.type !== T.STRUCT) {
-      r.skip(f.type);
-      continue;
-    }
-    let path = '';
-    let codec = -1;
-    let values = -1;
-    let size = -1;
-    let offset = -1;
-    let dictionary = false;
-    for (const m of r.fields()) {
-      if (m.id === 3 && m.type === T.LIST) {
-        const { n } = r.list();
-        const parts: string[] = [];
-        for (let i = 0; i < n; i++) parts.push(Buffer.from(r.binary()).toString('utf8'));
-        path = parts.join('.');
-      } else if (m.id === 4 && m.type === T.I32) codec = r.int();
-      else if (m.id === 5 && m.type === T.I64) values = r.int();
-      else if (m.id === 7 && m.type === T.I64) size = r.int();
-      else if (m.id === 9 && m.type === T.I64) offset = r.int();
-      else if (m.id === 11) {
-        dictionary = true;
-        r.skip(m.type);
-      } else r.skip(m.type);
-    }
-    if (path !== ROW_ID_COLUMN || codec !== UNCOMPRESSED || dictionary || values < 0 || size <= 0 || offset < 4) ok = false;
-    else meta = { offset, size, values };
-  }
-  return ok ? meta : null;
+  return { chunks, optional: e.repetition === OPTIONAL };
 }
 
 /** An unsigned varint at `p` of `b`: [value, next position], or null past `end`. */
@@ -300,13 +208,13 @@ export class RowIdPages {
       const tailAt = Math.max(0, size - TAIL);
       if (tailAt < eioBelow) throw new Error('faulted');
       const tail = await readAt(fh, tailAt, size - tailAt, counters);
-      const dv = new DataView(tail.buffer, tail.byteOffset, tail.byteLength);
-      if (dv.getUint32(tail.length - 4, true) !== MAGIC) throw new Error('no magic');
-      const len = dv.getUint32(tail.length - 8, true);
-      const footer =
-        len + 8 <= tail.length ? tail.subarray(tail.length - 8 - len, tail.length - 8) : size - 8 - len >= Math.max(4, eioBelow) ? await readAt(fh, size - 8 - len, len, counters) : null;
-      const layout = footer ? idChunks(footer, rowsPerGroup) : null;
-      if (!layout || layout.chunks.some((c) => c.offset + c.size > size - 8 - len)) throw new Error('layout');
+      let end = footerBytes(tail);
+      // A footer longer than the tail read (a file of very many row groups): read it whole.
+      if (end && 'needed' in end && size - end.needed >= Math.max(4, eioBelow)) end = footerBytes(await readAt(fh, size - end.needed, end.needed, counters));
+      const meta = end && 'meta' in end ? end.meta : null;
+      const layout = meta ? idChunks(meta, rowsPerGroup) : null;
+      const dataEnd = size - 8 - (meta?.length ?? 0);
+      if (!layout || layout.chunks.some((c) => c.offset + c.size > dataEnd)) throw new Error('layout');
       return new RowIdPages(fh, counters, layout.chunks, layout.optional, eioBelow);
     } catch {
       await fh.close().catch(() => undefined);

@@ -3,13 +3,15 @@
  * reads back, and the manifest's statistics (value and null counts, lower and
  * upper bounds in Iceberg's single-value serialization) checked against the
  * rows themselves, decoded by avsc. Nulls in every column, negative numbers,
- * strings beyond the 64-byte bound, non-ASCII text.
+ * strings beyond the 64-byte bound (the least and the greatest), non-ASCII
+ * text.
  */
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ingestText, type Json, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { avroFilesOf, checkAvroFiles, fileRoute, readIcebergTable, serveDir } from '../support/iceberg.js';
+import { throwingAt } from '../support/fault.js';
 import { tempDir } from '../support/tmp.js';
 
 const COLUMNS = [
@@ -23,13 +25,15 @@ const COLUMNS = [
 ];
 
 const LONG = 'x'.repeat(70);
+/** The greatest string, 80 bytes: the Parquet writer keeps a cut maximum of it (64 bytes, not exact), which is no upper bound here. */
+const LONG_MAX = '\u{1D501}'.repeat(20);
 function row(i: number): Json {
   const nul = i % 5 === 0;
   return {
     i,
     n: nul ? null : (i - 10) * 1000,
     d: nul ? null : i / 4 - 3,
-    s: nul ? null : i === 7 ? LONG : `é${String.fromCharCode(65 + (i % 26))}${i}`,
+    s: nul ? null : i === 7 ? LONG : i === 9 ? LONG_MAX : `é${String.fromCharCode(65 + (i % 26))}${i}`,
     b: nul ? null : i % 2 === 0,
     t: i % 7 === 0 ? null : new Date(Date.UTC(2026, 4, 1, 12) + i * 1000).toISOString(),
     j: nul ? null : { k: i, a: [i, 'v'] },
@@ -42,6 +46,7 @@ test('every column type: values read back by icebird, and the manifest statistic
   delete (c.sinks as Record<string, unknown>).archive;
   c.datasets.all = { columns: COLUMNS, timestampColumn: 't' };
   c.sinks.lake = { writer: '@hypsink/format-iceberg', destination: '@hypsink/local-fs', datasets: ['all'], config: { dir: 'lake' } };
+  c.sinks.again = { writer: '@hypsink/format-iceberg', destination: '@hypsink/local-fs', datasets: ['all'], config: { dir: 'again' } };
   const config = await writeConfig(dir, c);
   const rows = Array.from({ length: 40 }, (_, i) => row(i + 1));
   const { k } = await openKernel(config);
@@ -50,6 +55,12 @@ test('every column type: values read back by icebird, and the manifest statistic
     assert.equal(r.rejected, 0, JSON.stringify(r));
     const e = await k.export('lake');
     assert.equal(e[0]!.partitions[0]!.error, null);
+    // The same rows to another table, the first attempt stopped after its first data file: the retry
+    // finds that file there (its footer not at hand) and counts every column of the unit instead.
+    const failed = await throwingAt('iceberg.afterDataFile', () => k.export('again'));
+    assert.match(String(failed[0]!.partitions[0]!.error?.message), /iceberg.afterDataFile/);
+    const retried = await k.export('again');
+    assert.equal(retried[0]!.partitions[0]!.error, null);
   } finally {
     await k.close();
   }
@@ -97,6 +108,22 @@ test('every column type: values read back by icebird, and the manifest statistic
       [[4, 0n]],
     );
   }
+  // Statistics read from the written files' footers (lake) are those counted from the rows (again's retry).
+  const again = (await checkAvroFiles(await avroFilesOf(join(dir, 'again', 'all')), { requireMetrics: true })).manifests.flatMap((m) => m.entries.map((e) => e.data_file)) as unknown as typeof files;
+  const statsOf = (fs: typeof files) =>
+    fs
+      .map((f) => ({
+        day: f.partition.t_day ?? null,
+        rows: f.record_count,
+        values: f.value_counts.map((x) => [x.key, x.value]),
+        nulls: f.null_value_counts.map((x) => [x.key, x.value]),
+        nans: f.nan_value_counts?.map((x) => [x.key, x.value]),
+        lower: f.lower_bounds.map((x) => [x.key, [...x.value]]),
+        upper: f.upper_bounds.map((x) => [x.key, [...x.value]]),
+      }))
+      .sort((a, b) => String(a.day).localeCompare(String(b.day)));
+  assert.deepEqual(statsOf(files), statsOf(again), "the footer's statistics are the counted ones");
+
   const ids = { n: 3, d: 4, s: 5, b: 6, t: 7, j: 8 };
   for (const f of files) {
     const mine = rows.filter((x) => (f.partition.t_day === null) === (x.t === null));

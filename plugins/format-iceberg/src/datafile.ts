@@ -6,13 +6,16 @@
  * file per partition (the unit's source, and each day of its rows when the
  * table is partitioned by day), each at a key that names the writer and the
  * unit, put create-if-absent under the unit's read guard. Column statistics
- * (value, null and NaN counts, lower and upper bounds) are counted from the
- * same reads, for the manifest.
+ * for the manifest (value, null and NaN counts, lower and upper bounds): read
+ * from each written file's footer, where the Parquet writer kept them, but a
+ * double's NaNs, counted from the rows as they pass; a file this attempt did
+ * not write (a retry) has every column counted from the unit's rows instead.
  * @ref LLP 0051
+ * @ref LLP 0099: column statistics from the written file's footer
  */
 import { type Data, Field, makeData, type RecordBatch, Utf8 } from 'apache-arrow';
 import type { BlobBody, BlobDestination, ColumnSpec, ParquetPlan, Unit, UnitGuard } from 'hypsink/plugin';
-import { engineBatch, HypsinkError, parquetBody } from 'hypsink/plugin';
+import { engineBatch, footerBytes, HypsinkError, type ParquetFooter, parquetBody, parseParquetFooter } from 'hypsink/plugin';
 import type { DataFile } from './avro.js';
 import { type IcebergSchema, type IcebergType, SOURCE_FIELD, SOURCE_FIELD_ID } from './schema.js';
 
@@ -52,6 +55,8 @@ class ColumnStats {
   nans = 0;
   min: bigint | number | boolean | Uint8Array | undefined;
   max: bigint | number | boolean | Uint8Array | undefined;
+  /** The writer kept only a cut maximum (a long string): no upper bound is given, as for one counted here. */
+  maxCut = false;
 }
 
 class FileStats {
@@ -266,8 +271,17 @@ type StatsByDay = Map<Day, FileStats>;
  * yields, in Iceberg form, the rows of day `want` (all rows when the table is
  * not partitioned by day).
  */
-async function* pass(batches: AsyncIterable<RecordBatch>, plan: FilePlan, shape: BatchShape, want: Day | undefined, stats: StatsByDay | null): AsyncIterable<RecordBatch> {
+async function* pass(
+  batches: AsyncIterable<RecordBatch>,
+  plan: FilePlan,
+  shape: BatchShape,
+  want: Day | undefined,
+  stats: StatsByDay | null,
+  /** Count only rows and each double's NaNs: the rest is read from each written file's footer. @ref LLP 0099 */
+  light = false,
+): AsyncIterable<RecordBatch> {
   const types = plan.columns.map((c) => plan.schema.fields.find((f) => f.name === c.name)!.type);
+  const counted = plan.columns.flatMap((_, j) => (!light || types[j] === 'double' ? [j] : []));
   const dayIndex = plan.dayColumn === undefined ? -1 : plan.columns.findIndex((c) => c.name === plan.dayColumn);
   for await (const b of batches) {
     if (b.numRows === 0) continue;
@@ -282,7 +296,7 @@ async function* pass(batches: AsyncIterable<RecordBatch>, plan: FilePlan, shape:
           stats.set(day, s);
         }
         s.rows += to - from;
-        for (let j = 0; j < plan.columns.length; j++) countRange(s.columns[j]!, types[j]!, data[j]!, from, to);
+        for (const j of counted) countRange(s.columns[j]!, types[j]!, data[j]!, from, to);
       };
       if (!days) count(null, 0, b.numRows);
       else {
@@ -352,17 +366,24 @@ export async function writeDataFiles(
   const shape = new BatchShape(plan, source);
   const stats: StatsByDay = new Map();
   let complete = false;
+  /** Whether `stats` holds every column's counts (a recount's), not only rows and NaNs (the first file's pass). */
+  let full = false;
+  /** Each written file's footer, by key: its columns' statistics as the writer kept them. @ref LLP 0099 */
+  const footers = new Map<string, Uint8Array>();
   const put = async (day: Day | undefined, batches: AsyncIterable<RecordBatch> = unit.batches()): Promise<{ key: string; created: boolean; bytes: number }> => {
     const key = fileKey(plan, source, day);
     const collect = complete ? null : stats;
     if (collect) collect.clear();
-    const body = parquet(
-      (async function* () {
-        yield* pass(batches, plan, shape, day, collect);
-        if (collect) complete = true;
-      })(),
-      plan,
-      unit.plannedRows,
+    const body = withFooter(
+      parquet(
+        (async function* () {
+          yield* pass(batches, plan, shape, day, collect, true);
+          if (collect) complete = true;
+        })(),
+        plan,
+        unit.plannedRows,
+      ),
+      (meta) => footers.set(key, meta),
     );
     const r = await destination.putIfAbsent(key, reads.guard(body), { contentType: 'application/vnd.apache.parquet', signal: unit.signal });
     return { key, created: r.created, bytes: r.bytes };
@@ -374,6 +395,7 @@ export async function writeDataFiles(
     }
     reads.check();
     complete = true;
+    full = true;
   };
   const results: { key: string; created: boolean; bytes: number; day: Day | undefined }[] = [];
   if (plan.dayColumn === undefined) {
@@ -404,6 +426,17 @@ export async function writeDataFiles(
     }
   }
   const types = plan.columns.map((c) => plan.schema.fields.find((f) => f.name === c.name)!.type);
+  // A file this attempt did not write (there already: a retry) has no footer here: count every column then.
+  if (!full) {
+    for (const r of results) {
+      const s = stats.get(r.day ?? null);
+      const meta = r.created ? footers.get(r.key) : undefined;
+      if (!s || !meta || !fromFooter(s, meta, plan, types)) {
+        await recount();
+        break;
+      }
+    }
+  }
   return Promise.all(
     results.map(async (r) => {
       const s = stats.get(r.day ?? null);
@@ -413,6 +446,101 @@ export async function writeDataFiles(
       return { key: r.key, created: r.created, file: dataFileOf(plan, locate(r.key), source, r.day, s, types, bytes) };
     }),
   );
+}
+
+/** The last bytes of a written file kept to read its footer: a data file's is a few kB; a longer one is counted instead. */
+const FOOTER_WINDOW = 1 << 20;
+
+/** `body` as it is, and the file's FileMetaData to `onFooter` once it ended whole. */
+async function* withFooter(body: BlobBody, onFooter: (meta: Uint8Array) => void): BlobBody {
+  const last: Uint8Array[] = [];
+  let kept = 0;
+  for await (const chunk of body) {
+    last.push(chunk);
+    kept += chunk.length;
+    while (last.length > 1 && kept - last[0]!.length >= FOOTER_WINDOW) kept -= last.shift()!.length;
+    yield chunk;
+  }
+  const tail = new Uint8Array(kept);
+  let at = 0;
+  for (const c of last) {
+    tail.set(c, at);
+    at += c.length;
+  }
+  const end = footerBytes(tail);
+  if (end && 'meta' in end) onFooter(end.meta.slice());
+}
+
+/**
+ * Fill `s` (rows and NaNs counted) with each column's value and null counts
+ * and its minimum and maximum, from the file's footer: the Parquet writer
+ * keeps them per row group (NaN left out of a double's), so they need not be
+ * counted again here. False, `s` unchanged, when the footer lacks any of
+ * them: then they are counted. @ref LLP 0099
+ */
+function fromFooter(s: FileStats, meta: Uint8Array, plan: FilePlan, types: readonly IcebergType[]): boolean {
+  let footer: ParquetFooter;
+  try {
+    footer = parseParquetFooter(meta);
+  } catch {
+    return false;
+  }
+  if (footer.rows !== s.rows) return false;
+  const found: ColumnStats[] = [];
+  for (let j = 0; j < plan.columns.length; j++) {
+    const name = plan.columns[j]!.name;
+    const type = types[j]!;
+    const c = new ColumnStats();
+    c.nans = s.columns[j]!.nans;
+    for (const rg of footer.rowGroups) {
+      const chunk = rg.columns.find((x) => x.path === name);
+      const st = chunk?.statistics;
+      if (!chunk || !st || st.nulls === undefined) return false;
+      c.values += chunk.values;
+      c.nulls += st.nulls;
+      if (st.min === undefined || st.max === undefined) {
+        // No bounds: every value of the group is null (or, for a double, NaN); anything else is counted.
+        if (st.nulls < chunk.values && type !== 'double') return false;
+        continue;
+      }
+      const lo = statValue(type, st.min);
+      const hi = statValue(type, st.max);
+      if (lo === undefined || hi === undefined) return false;
+      if (st.maxExact === false) c.maxCut = true;
+      if (c.min === undefined || less(type, lo, c.min)) c.min = lo;
+      if (c.max === undefined || less(type, c.max, hi)) c.max = hi;
+    }
+    if (c.values !== s.rows) return false;
+    found.push(c);
+  }
+  found.forEach((c, j) => {
+    s.columns[j] = c;
+  });
+  return true;
+}
+
+/** A PLAIN-encoded statistic as the counts keep values: a timestamp's microseconds back to the cache's milliseconds. */
+function statValue(type: IcebergType, b: Uint8Array): bigint | number | boolean | Uint8Array | undefined {
+  const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  switch (type) {
+    case 'long':
+      return b.length === 8 ? dv.getBigInt64(0, true) : undefined;
+    case 'timestamptz': {
+      if (b.length !== 8) return undefined;
+      const us = dv.getBigInt64(0, true);
+      return us % 1000n === 0n ? us / 1000n : undefined;
+    }
+    case 'double':
+      return b.length === 8 ? dv.getFloat64(0, true) : undefined;
+    case 'boolean':
+      return b.length === 1 ? b[0] === 1 : undefined;
+    case 'string':
+      return b.slice();
+  }
+}
+
+function less(type: IcebergType, a: bigint | number | boolean | Uint8Array, b: bigint | number | boolean | Uint8Array): boolean {
+  return type === 'string' ? compareBytes(a as Uint8Array, b as Uint8Array) < 0 : a < b;
 }
 
 async function storedSize(destination: BlobDestination, key: string, signal: AbortSignal): Promise<number> {
@@ -442,7 +570,7 @@ function dataFileOf(plan: FilePlan, filePath: string, source: string, day: Day |
       const lo = boundBytes(types[j]!, c.min, false);
       if (lo) lowerBounds.set(id, lo);
     }
-    if (c.max !== undefined) {
+    if (c.max !== undefined && !c.maxCut) {
       const hi = boundBytes(types[j]!, c.max, true);
       if (hi) upperBounds.set(id, hi);
     }
