@@ -203,7 +203,6 @@ export class RowIdPages {
     try {
       const size = (await fh.stat()).size;
       const eioBelow = readFaulted(path) ? size / 2 : -1;
-      counters.filesOpened += 1;
       if (size < 12) throw new Error('short');
       const tailAt = Math.max(0, size - TAIL);
       if (tailAt < eioBelow) throw new Error('faulted');
@@ -215,6 +214,8 @@ export class RowIdPages {
       const layout = meta ? idChunks(meta, rowsPerGroup) : null;
       const dataEnd = size - 8 - (meta?.length ?? 0);
       if (!layout || layout.chunks.some((c) => c.offset + c.size > dataEnd)) throw new Error('layout');
+      // Counted once read from here: a file declined is opened again, and counted, by the decoder.
+      counters.filesOpened += 1;
       return new RowIdPages(fh, counters, layout.chunks, layout.optional, eioBelow);
     } catch {
       await fh.close().catch(() => undefined);

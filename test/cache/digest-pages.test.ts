@@ -20,8 +20,8 @@ import { Int64, Table, tableToIPC, Utf8, vectorFromArray } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { unitDigest } from '../../kernel/sinks/digest.js';
 import { seqRange } from '../../kernel/store/reader.js';
-import { encodeParquet } from '../../kernel/store/parquet.js';
-import { chunkIds, idChunks } from '../../kernel/store/row-id-pages.js';
+import { encodeParquet, scratchCounters } from '../../kernel/store/parquet.js';
+import { chunkIds, idChunks, RowIdPages } from '../../kernel/store/row-id-pages.js';
 import { eventLines, ingestText, openKernel, sampleConfig, writeConfig } from '../support/kernel.js';
 import { readParquetRaw, walk } from './helpers.js';
 
@@ -135,6 +135,18 @@ test('the page reader reads a cache-written file, and declines every other layou
   assert.equal(await pageIds(fileOf(ids, (b) => b.setDictionaryEnabled(true).setCompression(pw.Compression.UNCOMPRESSED))), null, 'dictionary-encoded');
   assert.equal(await pageIds(fileOf([...ids.slice(0, 10), null, ...ids.slice(11)], (b) => b.setDictionaryEnabled(false).setCompression(pw.Compression.UNCOMPRESSED))), null, 'a null');
   assert.equal(await pageIds(fileOf([...ids.slice(0, 10), 'short', ...ids.slice(11)])), null, 'an id of another length');
+
+  // A file it declines is not counted as opened: the decoder that reads it next counts it, once.
+  const dir = await mkdtemp(join(tmpdir(), 'hypsink-digest-declined-'));
+  const counters = scratchCounters();
+  await fsp.writeFile(join(dir, 'zstd.parquet'), fileOf(ids, (b) => b.setCompression(pw.Compression.ZSTD)));
+  assert.equal(await RowIdPages.open(join(dir, 'zstd.parquet'), [16_384, 3_616], counters), null);
+  assert.equal(counters.filesOpened, 0, 'a declined file is counted by the decoder, not here');
+  await fsp.writeFile(join(dir, 'plain.parquet'), fileOf(ids));
+  const pages = await RowIdPages.open(join(dir, 'plain.parquet'), [16_384, 3_616], counters);
+  assert.ok(pages);
+  pages.close();
+  assert.equal(counters.filesOpened, 1, 'a file read from its pages is counted');
 });
 
 test('a changed or cut page is declined by the page reader; the digest then reads it through the decoder', async () => {

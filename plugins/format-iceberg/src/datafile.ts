@@ -461,14 +461,9 @@ async function* withFooter(body: BlobBody, onFooter: (meta: Uint8Array) => void)
     while (last.length > 1 && kept - last[0]!.length >= FOOTER_WINDOW) kept -= last.shift()!.length;
     yield chunk;
   }
-  const tail = new Uint8Array(kept);
-  let at = 0;
-  for (const c of last) {
-    tail.set(c, at);
-    at += c.length;
-  }
-  const end = footerBytes(tail);
-  if (end && 'meta' in end) onFooter(end.meta.slice());
+  const end = footerBytes(Buffer.concat(last, kept));
+  // A copy: the footer outlives the tail it was read from.
+  if (end && 'meta' in end) onFooter(new Uint8Array(end.meta));
 }
 
 /**

@@ -100,16 +100,7 @@ export function markJson(meta: Uint8Array, json: ReadonlySet<string>): Uint8Arra
         parts.push(meta.subarray(start, r.pos));
       }
     }
-    const tail = meta.subarray(r.pos);
-    const size = listStart + parts.reduce((s, p) => s + p.length, 0) + tail.length;
-    const out = new Uint8Array(size);
-    out.set(meta.subarray(0, listStart), 0);
-    let at = listStart;
-    for (const p of [...parts, tail]) {
-      out.set(p, at);
-      at += p.length;
-    }
-    return out;
+    return Buffer.concat([meta.subarray(0, listStart), ...parts, meta.subarray(r.pos)]);
   }
   throw new Error('no schema in the footer');
 }
@@ -134,12 +125,7 @@ export async function* withJsonColumns(body: AsyncIterable<Uint8Array>, json: Re
       yield c;
     }
   }
-  const tail = new Uint8Array(heldBytes);
-  let at = 0;
-  for (const c of held) {
-    tail.set(c, at);
-    at += c.length;
-  }
+  const tail = Buffer.concat(held, heldBytes);
   const fail = (why: string) => new HypsinkError('HYPSINK_ERR_INVARIANT', `format-parquet: the Parquet writer's output ${why}; nothing of it was stored`);
   if (tail.length < 8 || MAGIC.some((m, i) => tail[tail.length - 4 + i] !== m)) throw fail('does not end in a Parquet footer');
   const len = new DataView(tail.buffer, tail.byteOffset + tail.length - 8, 4).getUint32(0, true);
