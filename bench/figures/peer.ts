@@ -6,11 +6,14 @@
  * (bench/child/duckdb-copy.mjs), each a whole process, repetitions
  * interleaved so a slow moment of the machine falls on both. The ratios are
  * of rows/s (DuckDB's time ÷ ours) and of the Parquet bytes written.
+ * Reported beside them, with no target: the export against DuckDB reading the
+ * same cache files and writing their rows as Parquet (bench/child/duckdb-recode.mjs),
+ * the export's own decode and encode done by a native engine. @ref LLP 0101
  */
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { BenchContext } from '../lib/context.js';
-import { figure, type FigureGroup, ge, le } from '../lib/figure.js';
+import { figure, type FigureGroup, ge, le, report } from '../lib/figure.js';
 import { tree } from '../lib/files.js';
 import { DATASET, localFsSink, writeWorkspace } from '../lib/kernel.js';
 import { median } from '../lib/measure.js';
@@ -19,6 +22,7 @@ import { REPO } from '../lib/receiver.js';
 import { writeNdjson } from '../lib/rows.js';
 
 const DUCKDB_COPY = join(REPO, 'bench/child/duckdb-copy.mjs');
+const DUCKDB_RECODE = join(REPO, 'bench/child/duckdb-recode.mjs');
 
 export const peer: FigureGroup = {
   id: 'peer',
@@ -29,7 +33,7 @@ export const peer: FigureGroup = {
     const dir = await ctx.tempDir('peer');
     const input = join(dir, 'rows.ndjson');
     const ndjsonBytes = await writeNdjson(input, rows);
-    const ms = { duckdb: [] as number[], ingest: [] as number[], export: [] as number[] };
+    const ms = { duckdb: [] as number[], ingest: [] as number[], recode: [] as number[], export: [] as number[] };
     const bytes = { duckdb: [] as number[], hypsink: [] as number[] };
     for (let r = 0; r < reps; r++) {
       ctx.progress(`peer: repetition ${r + 1}/${reps} of ${rows} rows`);
@@ -40,6 +44,9 @@ export const peer: FigureGroup = {
       // A workspace (cache, state, sink) of its own per repetition: every export starts from nothing.
       const ws = await writeWorkspace(await ctx.tempDir(`peer-${r}`), { lake: localFsSink('lake') });
       ms.ingest.push(await timeNode([BIN, '--config', ws.configPath, 'ingest', DATASET, '--source', 'peer', '--file', input], ws.dir));
+      const recoded = join(dir, `recode-${r}.parquet`);
+      ms.recode.push(await timeNode([DUCKDB_RECODE, join(ws.dir, 'cache'), recoded], dir));
+      await fsp.rm(recoded);
       ms.export.push(await timeNode([BIN, '--config', ws.configPath, 'export', '--sink', 'lake'], ws.dir));
       bytes.hypsink.push((await tree(join(ws.dir, 'exports', 'lake'), (name) => name.endsWith('.parquet'))).bytes);
       await fsp.rm(ws.dir, { recursive: true });
@@ -57,6 +64,8 @@ export const peer: FigureGroup = {
       figure('peer_export_vs_duckdb', median(vs(ms.export)), ge(1.0), vs(ms.export)),
       figure('peer_ingest_vs_duckdb', median(vs(ms.ingest)), ge(0.5), vs(ms.ingest)),
       figure('peer_parquet_bytes_vs_duckdb', median(byteRatios), le(1.05), byteRatios),
+      figure('peer_export_vs_duckdb_recode', median(ms.export.map((x, i) => ms.recode[i]! / x)), report, ms.export.map((x, i) => ms.recode[i]! / x)),
+      figure('peer_duckdb_recode_vs_duckdb_copy', median(ms.recode.map((x, i) => ms.duckdb[i]! / x)), report, ms.recode.map((x, i) => ms.duckdb[i]! / x)),
     ];
   },
 };
