@@ -7,7 +7,7 @@
  * interleaved so a slow moment of the machine falls on both. The ratios are
  * of rows/s (DuckDB's time ÷ ours) and of the Parquet bytes written.
  * Reported beside them, with no target: the export against DuckDB reading the
- * same cache files and writing their rows as Parquet (bench/child/duckdb-recode.mjs),
+ * same cache files and writing their rows as Parquet (duckdb-copy.mjs's `recode`),
  * the export's own decode and encode done by a native engine. @ref LLP 0101
  */
 import { promises as fsp } from 'node:fs';
@@ -22,7 +22,6 @@ import { REPO } from '../lib/receiver.js';
 import { writeNdjson } from '../lib/rows.js';
 
 const DUCKDB_COPY = join(REPO, 'bench/child/duckdb-copy.mjs');
-const DUCKDB_RECODE = join(REPO, 'bench/child/duckdb-recode.mjs');
 
 export const peer: FigureGroup = {
   id: 'peer',
@@ -38,14 +37,14 @@ export const peer: FigureGroup = {
     for (let r = 0; r < reps; r++) {
       ctx.progress(`peer: repetition ${r + 1}/${reps} of ${rows} rows`);
       const out = join(dir, `duckdb-${r}.parquet`);
-      ms.duckdb.push(await timeNode([DUCKDB_COPY, input, out], dir));
+      ms.duckdb.push(await timeNode([DUCKDB_COPY, 'ndjson', input, out], dir));
       bytes.duckdb.push((await fsp.stat(out)).size);
       await fsp.rm(out);
       // A workspace (cache, state, sink) of its own per repetition: every export starts from nothing.
       const ws = await writeWorkspace(await ctx.tempDir(`peer-${r}`), { lake: localFsSink('lake') });
       ms.ingest.push(await timeNode([BIN, '--config', ws.configPath, 'ingest', DATASET, '--source', 'peer', '--file', input], ws.dir));
       const recoded = join(dir, `recode-${r}.parquet`);
-      ms.recode.push(await timeNode([DUCKDB_RECODE, join(ws.dir, 'cache'), recoded], dir));
+      ms.recode.push(await timeNode([DUCKDB_COPY, 'recode', join(ws.dir, 'cache'), recoded], dir));
       await fsp.rm(recoded);
       ms.export.push(await timeNode([BIN, '--config', ws.configPath, 'export', '--sink', 'lake'], ws.dir));
       bytes.hypsink.push((await tree(join(ws.dir, 'exports', 'lake'), (name) => name.endsWith('.parquet'))).bytes);
