@@ -23,9 +23,19 @@ export function writerProperties(plan: ParquetPlan): pw.WriterProperties {
   return builder.build();
 }
 
-/** Arrow IPC stream bytes as parquet-wasm's record batches (copied into wasm memory). */
+/**
+ * Arrow IPC stream bytes as parquet-wasm's record batches (copied into wasm
+ * memory). The table they came from is freed here: it shares their buffers, and
+ * left to the garbage collector it kept every batch's memory past the writer's
+ * use of it (wasm memory never shrinks). @ref LLP 0102
+ */
 export function wasmBatches(ipc: Uint8Array): pw.RecordBatch[] {
-  return pw.Table.fromIPCStream(ipc).recordBatches();
+  const table = pw.Table.fromIPCStream(ipc);
+  try {
+    return table.recordBatches();
+  } finally {
+    table.free();
+  }
 }
 
 /** The Parquet file of `input`'s batches, as parquet-wasm streams it out. */

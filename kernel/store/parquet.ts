@@ -311,7 +311,13 @@ export class ParquetReader {
   }
 
   get numRowGroups(): number {
-    return this.file.metadata().numRowGroups();
+    // The metadata is a copy in wasm memory: freed here, not whenever the collector runs. @ref LLP 0102
+    const md = this.file.metadata();
+    try {
+      return md.numRowGroups();
+    } finally {
+      md.free();
+    }
   }
 
   /**

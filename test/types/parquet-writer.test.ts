@@ -5,14 +5,15 @@
  * and the two give the same bytes; DuckDB and parquet-wasm read every row. A
  * source error in the middle is thrown as it was and the body never ends
  * normally; a reader that stops early closes the source. After either, the
- * writer thread still writes whole files. @ref LLP 0079
+ * writer thread still writes whole files. A batch handed to the writer holds
+ * its wasm memory alone (LLP 0102). @ref LLP 0079
  */
 import assert from 'node:assert/strict';
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { DuckDBInstance } from '@duckdb/node-api';
-import { Field, Int64, makeData, RecordBatch, Schema, Struct, tableFromIPC, Utf8, vectorFromArray } from 'apache-arrow';
+import { Field, Int64, makeData, RecordBatch, Schema, Struct, Table, tableFromIPC, tableToIPC, Utf8, vectorFromArray } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { HypsinkError } from '../../types/errors.js';
 import { engineBatch } from '../../types/engine-types.js';
@@ -117,4 +118,29 @@ test('a reader that stops early closes the source, and the writer thread still w
   assert.equal(closed.value, true, "the source's return ran");
   const after = await bytesOf(parquetBody(source(ROWS), PLAN, ROWS));
   assert.equal(tableFromIPC(pw.readParquet(after).intoIPCStream()).numRows, ROWS);
+});
+
+test("a batch handed to the wasm writer holds its rows' wasm memory alone: nothing is left for the garbage collector to free", async () => {
+  const { wasmBatches } = await import('../../types/parquet-encode.js');
+  const rows = 50_000;
+  const wide = new RecordBatch(
+    new Schema([new Field('id', new Int64(), false), new Field('text', new Utf8(), false)]),
+    makeData({
+      type: new Struct([new Field('id', new Int64(), false), new Field('text', new Utf8(), false)]),
+      length: rows,
+      nullCount: 0,
+      children: [
+        vectorFromArray(Array.from({ length: rows }, (_, i) => BigInt(i)), new Int64()).data[0]!,
+        vectorFromArray(Array.from({ length: rows }, (_, i) => `row ${i} ${'x'.repeat(40)}`), new Utf8()).data[0]!,
+      ],
+    }),
+  );
+  const ipc = tableToIPC(new Table(wide), 'stream');
+  const memory = () => pw.wasmMemory().buffer.byteLength;
+  // The first round grows wasm memory to what one batch needs; the rounds after it must reuse it.
+  for (const b of wasmBatches(ipc)) b.free();
+  const before = memory();
+  for (let round = 0; round < 30; round++) for (const b of wasmBatches(ipc)) b.free();
+  const grown = memory() - before;
+  assert.ok(grown <= 2 * ipc.byteLength, `wasm memory grew by ${grown} bytes over 30 batches of ${ipc.byteLength} IPC bytes each, freed as the writer frees them`);
 });
