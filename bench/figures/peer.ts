@@ -13,7 +13,7 @@
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
 import type { BenchContext } from '../lib/context.js';
-import { figure, type FigureGroup, ge, le, report } from '../lib/figure.js';
+import { figure, type FigureGroup, ge, le, report, type Target } from '../lib/figure.js';
 import { tree } from '../lib/files.js';
 import { DATASET, localFsSink, writeWorkspace } from '../lib/kernel.js';
 import { median } from '../lib/measure.js';
@@ -56,15 +56,15 @@ export const peer: FigureGroup = {
       ms: Object.fromEntries(Object.entries(ms).map(([k, v]) => [k, v.map(Math.round)])),
       bytes,
     });
-    // rows/s ours ÷ rows/s DuckDB's = DuckDB's time ÷ ours, per repetition.
-    const vs = (xs: number[]) => xs.map((x, i) => ms.duckdb[i]! / x);
-    const byteRatios = bytes.hypsink.map((b, i) => b / bytes.duckdb[i]!);
+    // Per repetition: a ÷ b. Of rows/s, ours ÷ theirs is their time ÷ ours.
+    const per = (a: number[], b: number[]) => a.map((x, i) => x / b[i]!);
+    const ratio = (name: string, samples: number[], target: Target) => figure(name, median(samples), target, samples);
     return [
-      figure('peer_export_vs_duckdb', median(vs(ms.export)), ge(1.0), vs(ms.export)),
-      figure('peer_ingest_vs_duckdb', median(vs(ms.ingest)), ge(0.5), vs(ms.ingest)),
-      figure('peer_parquet_bytes_vs_duckdb', median(byteRatios), le(1.05), byteRatios),
-      figure('peer_export_vs_duckdb_recode', median(ms.export.map((x, i) => ms.recode[i]! / x)), report, ms.export.map((x, i) => ms.recode[i]! / x)),
-      figure('peer_duckdb_recode_vs_duckdb_copy', median(ms.recode.map((x, i) => ms.duckdb[i]! / x)), report, ms.recode.map((x, i) => ms.duckdb[i]! / x)),
+      ratio('peer_export_vs_duckdb', per(ms.duckdb, ms.export), ge(1.0)),
+      ratio('peer_ingest_vs_duckdb', per(ms.duckdb, ms.ingest), ge(0.5)),
+      ratio('peer_parquet_bytes_vs_duckdb', per(bytes.hypsink, bytes.duckdb), le(1.05)),
+      ratio('peer_export_vs_duckdb_recode', per(ms.recode, ms.export), report),
+      ratio('peer_duckdb_recode_vs_duckdb_copy', per(ms.duckdb, ms.recode), report),
     ];
   },
 };
