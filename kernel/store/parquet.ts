@@ -310,14 +310,20 @@ export class ParquetReader {
     }
   }
 
+  private groups: number | undefined;
+
+  /** Read once: callers ask it at every row group, and each read copies the footer into wasm memory. */
   get numRowGroups(): number {
-    // The metadata is a copy in wasm memory: freed here, not whenever the collector runs. @ref LLP 0102
-    const md = this.file.metadata();
-    try {
-      return md.numRowGroups();
-    } finally {
-      md.free();
+    if (this.groups === undefined) {
+      // The copy is freed here, not whenever the collector runs. @ref LLP 0102
+      const md = this.file.metadata();
+      try {
+        this.groups = md.numRowGroups();
+      } finally {
+        md.free();
+      }
     }
+    return this.groups;
   }
 
   /**
