@@ -16,6 +16,7 @@ import { SEQ_COLUMN } from '../store/columns.js';
 import { generationDir } from '../store/generations.js';
 import type { FileEntry, RowGroupStats } from '../store/manifest.js';
 import { manifestRows, writeManifest } from '../store/manifest.js';
+import { type ChunkCheck, chunkChecks } from '../store/checksums.js';
 import { encodeParquet } from '../store/parquet.js';
 import type { PartitionStore } from '../store/partition.js';
 
@@ -90,16 +91,19 @@ export interface EncodedFile {
   readonly rowGroups: RowGroupStats[];
   readonly minTs: number | null;
   readonly maxTs: number | null;
+  /** Its column chunks' checksums, taken from the bytes before they are written. @ref LLP 0104 */
+  readonly chunks: ChunkCheck[];
 }
 
 /** Encode a sorted, decorated table as Parquet with its manifest statistics. Pure: runs on any thread. */
 export function encodeDataFile(table: Table, schema: DatasetSchema, rowGroupRows: number): EncodedFile {
-  return { bytes: encodeParquet(table, rowGroupRows), rows: table.numRows, rowGroups: seqStats(table, rowGroupRows), ...tsRange(table, schema) };
+  const bytes = encodeParquet(table, rowGroupRows);
+  return { bytes, rows: table.numRows, rowGroups: seqStats(table, rowGroupRows), ...tsRange(table, schema), chunks: chunkChecks(bytes) };
 }
 
 /** Write an encoded file into `generation` durably; returns its manifest entry. */
 export async function writeEncodedFile(store: PartitionStore, generation: number, file: EncodedFile, committedAt = Date.now()): Promise<FileEntry> {
-  const { bytes, rows, rowGroups, minTs, maxTs } = file;
+  const { bytes, rows, rowGroups, minTs, maxTs, chunks } = file;
   const minSeq = rowGroups[0]?.minSeq ?? null;
   const maxSeq = rowGroups[rowGroups.length - 1]?.maxSeq ?? null;
   // Seq ranges make names unique, except legacy (null seq) rows: several files may be all-legacy.
@@ -114,7 +118,7 @@ export async function writeEncodedFile(store: PartitionStore, generation: number
       name = `${base}-${k}.parquet`;
     }
   }
-  return { name, rows, bytes: bytes.byteLength, minSeq, maxSeq, rowGroups, minTs, maxTs, committedAt };
+  return { name, rows, bytes: bytes.byteLength, minSeq, maxSeq, rowGroups, minTs, maxTs, committedAt, chunks };
 }
 
 /** Write a sorted, decorated table as a data file of `generation`; returns its manifest entry. */

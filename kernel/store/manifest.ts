@@ -8,6 +8,7 @@
  */
 import { HypsinkError } from '../../types/errors.js';
 import { isDecimalSeq, readJsonFile, writeJsonAtomic } from '../io/durable.js';
+import { type ChunkCheck, validChecks } from './checksums.js';
 
 export interface RowGroupStats {
   rows: number;
@@ -28,6 +29,8 @@ export interface FileEntry {
   maxTs?: number | null;
   /** When the rows were committed (epoch ms): the small-file policy's max delay counts from here. */
   committedAt?: number;
+  /** Each column chunk's offset, length and CRC-32, in file order; absent in files written before LLP 0104. */
+  chunks?: ChunkCheck[];
 }
 
 export interface Manifest {
@@ -92,6 +95,7 @@ export function checkManifest(m: unknown): string | null {
       rgRows += rg.rows;
     }
     if (rgRows !== f.rows) return `${f.name}: row groups hold ${rgRows} rows, file says ${f.rows}`;
+    if (f.chunks !== undefined && !validChecks(f.chunks)) return `${f.name}: bad chunk checksums`;
   }
   return null;
 }

@@ -12,6 +12,7 @@ import type { ReadCounters } from '../../types/storage.js';
 import { accessError } from '../../types/access.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import { readFaulted } from '../fault.js';
+import { type ChunkCheck, checkRead } from './checksums.js';
 import { ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 
 /**
@@ -72,7 +73,12 @@ export function encodeParquet(table: Table, rowGroupRows = DEFAULT_ROW_GROUP_ROW
 export interface ExpectedFile {
   readonly rows: number;
   readonly rowGroups: readonly { readonly rows: number; readonly minSeq: string | null; readonly maxSeq: string | null }[];
+  /** Its column chunks' checksums, checked as each chunk is read (files written before LLP 0104 have none). */
+  readonly chunks?: readonly ChunkCheck[];
 }
+
+/** A chunk read whole whose bytes are not the ones written (LLP 0104). */
+class ChecksumMismatch extends Error {}
 
 /** Reads in flight in parquet-wasm's async reader, for `onUncaught`. */
 const inFlight = new Set<ByteReads>();
@@ -124,17 +130,25 @@ class ByteReads {
     readonly path: string,
     /** HYPSINK_FAULT_READ: reads that start before this byte fail with EIO (-1: none do). */
     private readonly eioBelow: number,
+    /** The manifest's chunk checksums: every chunk a read holds whole is checked against them. @ref LLP 0104 */
+    private readonly checks: readonly ChunkCheck[] | undefined,
   ) {
     this.failure.catch(() => undefined); // raced against each read; never unhandled
   }
 
-  /** What parquet-wasm gets for a slice's bytes: `read()`, or a promise that never settles once the read failed. */
+  /** What parquet-wasm gets for a slice's bytes: `read()`, checked, or a promise that never settles once the read failed. */
   read(start: number, read: () => Promise<ArrayBuffer>): Promise<ArrayBuffer> {
     const fail = start < this.eioBelow;
-    return (fail ? Promise.reject(Object.assign(new Error(`EIO: i/o error, read '${this.path}'`), { code: 'EIO' })) : read()).catch((e: unknown) => {
+    return (fail ? Promise.reject(Object.assign(new Error(`EIO: i/o error, read '${this.path}'`), { code: 'EIO' })) : read().then((buf) => this.checked(start, buf))).catch((e: unknown) => {
       this.trap(e);
       return new Promise<ArrayBuffer>(() => undefined);
     });
+  }
+
+  private checked(start: number, buf: ArrayBuffer): ArrayBuffer {
+    const problem = this.checks ? checkRead(this.checks, start, new Uint8Array(buf)) : null;
+    if (problem) throw new ChecksumMismatch(problem);
+    return buf;
   }
 
   /** A byte read failed, or the decoder trapped while this file was being read. */
@@ -158,7 +172,9 @@ class ByteReads {
       const why =
         e instanceof WebAssembly.RuntimeError
           ? `the Parquet decoder stopped on it (${e.message}): damaged pages`
-          : `the file cannot be read (${(e as NodeJS.ErrnoException)?.code ?? (e as Error)?.message ?? String(e)})`;
+          : e instanceof ChecksumMismatch
+            ? `${e.message}; restore the file from a backup`
+            : `the file cannot be read (${(e as NodeJS.ErrnoException)?.code ?? (e as Error)?.message ?? String(e)})`;
       throw new HypsinkError('HYPSINK_ERR_CORRUPT', `data file ${this.path}: ${what} failed: ${why}`, { cause: e });
     } finally {
       inFlight.delete(this);
@@ -258,7 +274,7 @@ export class ParquetReader {
     }
     counters.filesOpened += 1;
     // HYPSINK_FAULT_READ: the footer (at the end) reads fine, data pages in the first half fail.
-    const bytes = new ByteReads(path, readFaulted(path) ? size / 2 : -1);
+    const bytes = new ByteReads(path, readFaulted(path) ? size / 2 : -1, expect?.chunks);
     const whole = new FileBytes(fh, { bytes, counters }, 0, size);
     let reader: ParquetReader;
     try {

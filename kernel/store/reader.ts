@@ -338,7 +338,7 @@ export class CacheStorage implements StorageService {
         const rg = f.rowGroups[g]!;
         const seqs = digestOnly ? contiguous(rg, b) : null;
         if (seqs) {
-          pages ??= RowIdPages.open(path, f.rowGroups.map((x) => x.rows), this.counters);
+          pages ??= RowIdPages.open(path, f.rowGroups.map((x) => x.rows), this.counters, f.chunks);
           const next = groups[i + 1];
           const ids = await (await pages)?.ids(g, next !== undefined && contiguous(f.rowGroups[next]!, b) ? next : undefined);
           if (ids) {

@@ -11,7 +11,7 @@
  * Anything else is not read here: a column compressed or dictionary-encoded,
  * a page of another type or encoding, a null, an id of another length, a
  * footer or a page header that does not parse or does not match the manifest,
- * a read that fails. Each gives `null`, and the caller reads that row group
+ * a read that fails, a chunk whose checksum does not match (LLP 0104). Each gives `null`, and the caller reads that row group
  * through the decoder, which reports a damaged file as it always did (and
  * HYPSINK_FAULT_READ's reads fail here as there).
  * @ref LLP 0098: a digest reads the row ids' pages
@@ -22,6 +22,7 @@ import { footerBytes, type ParquetFooter, ParquetPhysical, parseParquetFooter } 
 import { ThriftReader, ThriftType as T } from '../../types/thrift-compact.js';
 import { readFaulted } from '../fault.js';
 import { HASH128_CHARS } from '../flush/hash128.js';
+import { type ChunkCheck, checkRead } from './checksums.js';
 import { ROW_ID_COLUMN } from './columns.js';
 
 /** The copy of each id below is of 22 bytes: this fails to compile if row ids are ever another length. */
@@ -191,9 +192,11 @@ export class RowIdPages {
     private readonly optional: boolean,
     /** HYPSINK_FAULT_READ: reads that start before this byte fail (-1: none), as the decoder's do. */
     private readonly eioBelow: number,
+    /** The manifest's chunk checksums: an id chunk that does not match is not read here (LLP 0104). */
+    private readonly checks: readonly ChunkCheck[] | undefined,
   ) {}
 
-  static async open(path: string, rowsPerGroup: readonly number[], counters: ReadCounters): Promise<RowIdPages | null> {
+  static async open(path: string, rowsPerGroup: readonly number[], counters: ReadCounters, checks?: readonly ChunkCheck[]): Promise<RowIdPages | null> {
     let fh: fsp.FileHandle;
     try {
       fh = await fsp.open(path, 'r');
@@ -216,7 +219,7 @@ export class RowIdPages {
       if (!layout || layout.chunks.some((c) => c.offset + c.size > dataEnd)) throw new Error('layout');
       // Counted once read from here: a file declined is opened again, and counted, by the decoder.
       counters.filesOpened += 1;
-      return new RowIdPages(fh, counters, layout.chunks, layout.optional, eioBelow);
+      return new RowIdPages(fh, counters, layout.chunks, layout.optional, eioBelow, checks);
     } catch {
       await fh.close().catch(() => undefined);
       return null;
@@ -243,7 +246,14 @@ export class RowIdPages {
     let r = this.ahead.get(g);
     if (!r) {
       const c = this.chunks[g];
-      r = !c || c.offset < this.eioBelow ? Promise.resolve(null) : readAt(this.fh, c.offset, c.size, this.counters).catch(() => null);
+      // A chunk whose bytes do not match its checksum goes to the decoder, whose read names the damage.
+      r =
+        !c || c.offset < this.eioBelow
+          ? Promise.resolve(null)
+          : readAt(this.fh, c.offset, c.size, this.counters).then(
+              (bytes) => (this.checks && checkRead(this.checks, c.offset, bytes) !== null ? null : bytes),
+              () => null,
+            );
       this.ahead.set(g, r);
     }
     return r;

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { randomBytes } from 'node:crypto';
 import { assertExactlyOnce, cliStatus, runBin, eventLines, ingestText, openKernel, partitionStatus, range, readExports, sampleConfig, walkFiles, writeConfig } from '../support/kernel.js';
-import { zeroColumnPages } from '../support/damage.js';
+import { flipColumnBit, zeroColumnPages } from '../support/damage.js';
 import { tempDir } from '../support/tmp.js';
 
 /** Two data files in one partition, one unit over both: the second file is the damaged one. */
@@ -89,6 +89,13 @@ test('Parquet sink: a zeroed range in the second file fails the unit, no blob, w
 test('Parquet sink: the msg pages of the second file damaged (seq and row id pages whole) fail the unit in its body, no blob, watermark kept', () =>
   damagedThenRestored((f) => zeroColumnPages(f, 'msg')));
 test('JSONL sink: the same damage fails the unit the same way', () => damagedThenRestored((f) => zeroColumnPages(f, 'msg'), '@hypsink/format-jsonl'));
+// One flipped bit: the decoder reads most such pages as other values without an error; the
+// chunk's checksum in the manifest finds it, in the body for a user column and at the digest
+// for the row ids (whose pages the digest reads itself, LLP 0098). @ref LLP 0104
+test('Parquet sink: one bit flipped in the msg pages of the second file fails the unit (its chunk checksum), no blob, watermark kept', () =>
+  damagedThenRestored((f) => flipColumnBit(f, 'msg')));
+test('JSONL sink: one bit flipped in the row id pages fails the unit the same way', () =>
+  damagedThenRestored((f) => flipColumnBit(f, '_hyp_cache_row_id'), '@hypsink/format-jsonl'));
 test('Parquet sink: EIO at read (HYPSINK_FAULT_READ) fails the unit, no blob, watermark kept', async () => {
   await damagedThenRestored(async () => undefined, undefined, { HYPSINK_FAULT_READ: '-11-' });
 });
