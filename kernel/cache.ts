@@ -21,7 +21,7 @@ import { type BatchMark, encodeFrameLine, partsOf } from './spool/frames.js';
 import { normalizeRow } from './ingest/normalize.js';
 import { effSeq } from './store/manifest.js';
 import { PartitionStore, partitionRef } from './store/partition.js';
-import { DEFAULT_ROW_GROUP_ROWS } from './store/parquet.js';
+import { type CacheCompression, DEFAULT_CACHE_COMPRESSION, DEFAULT_ROW_GROUP_ROWS, type DataFileLayout } from './store/parquet.js';
 import { CacheStorage } from './store/reader.js';
 import { type RetentionPolicy, type RetentionResult, retainPartition } from './store/retention.js';
 import { CUT_SEGMENT, decodeSegment, encodeSegment } from './store/segments.js';
@@ -38,6 +38,8 @@ export interface CacheOptions {
   /** A spool's current file is sealed past this size. */
   readonly segmentBytes?: number;
   readonly rowGroupRows?: number;
+  /** The codec of the data files the cache writes from now on (default lz4). @ref LLP 0103 */
+  readonly compression?: CacheCompression;
   /** Compaction output files hold at most this many rows. */
   readonly compactFileRows?: number;
   /** A sealed segment at least this big is built and encoded in a worker thread (LLP 0013). */
@@ -96,8 +98,10 @@ export class Cache {
   private readonly batchMutex = new KeyedMutex();
   /** One Spool (and so one spool lock object) per spool in this process. */
   private readonly spools = new Map<string, Spool>();
-  private readonly opts: Required<Omit<CacheOptions, 'datasets' | 'root'>>;
+  private readonly opts: Required<Omit<CacheOptions, 'datasets' | 'root' | 'rowGroupRows' | 'compression'>>;
   private readonly encoder: FlushEncoder;
+  /** How every data file this cache writes is laid out: flush, compaction, retention. */
+  private readonly layout: DataFileLayout;
 
   private constructor(
     root: string,
@@ -109,11 +113,11 @@ export class Cache {
       lockWaitMs: opts.lockWaitMs ?? 10_000,
       seqBlockSize: opts.seqBlockSize ?? 1024,
       segmentBytes: opts.segmentBytes ?? 64 * 1024 * 1024,
-      rowGroupRows: opts.rowGroupRows ?? DEFAULT_ROW_GROUP_ROWS,
       compactFileRows: opts.compactFileRows ?? 1_000_000,
       workerMinBytes: opts.workerMinBytes ?? 1024 * 1024,
     };
-    this.encoder = new FlushEncoder(this.opts.rowGroupRows, this.opts.workerMinBytes);
+    this.layout = { rowGroupRows: opts.rowGroupRows ?? DEFAULT_ROW_GROUP_ROWS, compression: opts.compression ?? DEFAULT_CACHE_COMPRESSION };
+    this.encoder = new FlushEncoder(this.layout, this.opts.workerMinBytes);
     this.writer = new ProcessLock(root, `cache ${root}`, {
       waitMs: this.opts.lockWaitMs,
       onAcquire: () => this.allocator.invalidate(),
@@ -665,7 +669,7 @@ export class Cache {
       for (const ref of await this.listPartitions()) {
         const schema = this.schema(ref.dataset);
         const store = new PartitionStore(this.root, ref, this.writer);
-        out.push(await this.partitionMutex.run(ref.path, () => retainPartition(store, schema, policy, this.opts.rowGroupRows)));
+        out.push(await this.partitionMutex.run(ref.path, () => retainPartition(store, schema, policy, this.layout)));
       }
       return out;
     });
@@ -679,7 +683,7 @@ export class Cache {
         const schema = this.schema(ref.dataset);
         const store = new PartitionStore(this.root, ref, this.writer);
         const r = await this.partitionMutex.run(ref.path, () =>
-          compactPartition(store, schema, this.opts.rowGroupRows, this.opts.compactFileRows, minFiles),
+          compactPartition(store, schema, this.layout, this.opts.compactFileRows, minFiles),
         );
         if (r) out.push(r);
       }

@@ -142,6 +142,7 @@ export class Hypsink {
       seqBlockSize: c.cache.seqBlockSize,
       segmentBytes: c.cache.segmentBytes,
       rowGroupRows: c.cache.rowGroupRows,
+      compression: c.cache.compression,
     });
     // Before any sink state is read: a watermark named under the first name rule would not be found.
     await renameStateNamesV1(loaded.stateDir, Object.keys(c.sinks), Object.keys(c.datasets));

@@ -68,6 +68,12 @@ export interface HypsinkConfig extends Commented {
     readonly seqBlockSize?: number;
     readonly segmentBytes?: number;
     readonly rowGroupRows?: number;
+    /**
+     * The codec of the cache files written from now on: `"lz4"` (default;
+     * quicker to write and to read back for an export) or `"zstd"` (about 30%
+     * smaller). Files already written are read as they are.
+     */
+    readonly compression?: 'lz4' | 'zstd';
   } & Commented;
   readonly state?: { readonly dir?: string } & Commented;
   readonly maintenance?: {

@@ -97,8 +97,10 @@ export const configSchema = z.object({
       segmentBytes: z.number().int().positive().default(64 * 1024 * 1024),
       // DEFAULT_ROW_GROUP_ROWS (cache/parquet.ts, LLP 0017), written out: this module loads no Parquet.
       rowGroupRows: z.number().int().positive().default(16_384),
+      // DEFAULT_CACHE_COMPRESSION (store/parquet.ts, LLP 0103), likewise.
+      compression: z.enum(['lz4', 'zstd']).default('lz4'),
     })
-    .default({ root: '.hypsink/cache', lockWaitMs: 10_000, seqBlockSize: 1024, segmentBytes: 64 * 1024 * 1024, rowGroupRows: 16_384 }),
+    .default({ root: '.hypsink/cache', lockWaitMs: 10_000, seqBlockSize: 1024, segmentBytes: 64 * 1024 * 1024, rowGroupRows: 16_384, compression: 'lz4' }),
   state: z.object({ dir: z.string().default('.hypsink/state') }).default({ dir: '.hypsink/state' }),
   maintenance: z
     .object({

@@ -17,7 +17,7 @@ import { generationDir } from '../store/generations.js';
 import type { FileEntry, RowGroupStats } from '../store/manifest.js';
 import { manifestRows, writeManifest } from '../store/manifest.js';
 import { type ChunkCheck, chunkChecks } from '../store/checksums.js';
-import { encodeParquet } from '../store/parquet.js';
+import { type DataFileLayout, encodeParquet } from '../store/parquet.js';
 import type { PartitionStore } from '../store/partition.js';
 
 /**
@@ -96,9 +96,9 @@ export interface EncodedFile {
 }
 
 /** Encode a sorted, decorated table as Parquet with its manifest statistics. Pure: runs on any thread. */
-export function encodeDataFile(table: Table, schema: DatasetSchema, rowGroupRows: number): EncodedFile {
-  const bytes = encodeParquet(table, rowGroupRows);
-  return { bytes, rows: table.numRows, rowGroups: seqStats(table, rowGroupRows), ...tsRange(table, schema), chunks: chunkChecks(bytes) };
+export function encodeDataFile(table: Table, schema: DatasetSchema, layout: DataFileLayout): EncodedFile {
+  const bytes = encodeParquet(table, layout);
+  return { bytes, rows: table.numRows, rowGroups: seqStats(table, layout.rowGroupRows), ...tsRange(table, schema), chunks: chunkChecks(bytes) };
 }
 
 /** Write an encoded file into `generation` durably; returns its manifest entry. */
@@ -127,10 +127,10 @@ export async function writeDataFile(
   generation: number,
   table: Table,
   schema: DatasetSchema,
-  rowGroupRows: number,
+  layout: DataFileLayout,
   committedAt = Date.now(),
 ): Promise<FileEntry> {
-  return writeEncodedFile(store, generation, encodeDataFile(table, schema, rowGroupRows), committedAt);
+  return writeEncodedFile(store, generation, encodeDataFile(table, schema, layout), committedAt);
 }
 
 /** Commit rows into a partition. Caller holds the cache writer lock and the partition's mutex. */

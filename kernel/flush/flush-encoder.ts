@@ -14,11 +14,12 @@ import { HypsinkError } from '../../types/errors.js';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { CommitRows, EncodedFile } from './commit.js';
 import { WorkerStopped, WorkerThread, workerEntry } from '../io/worker.js';
+import type { DataFileLayout } from '../store/parquet.js';
 import { encodeRows, segmentRows } from './segment-rows.js';
 
 /** What the flush thread asks of the worker. */
 export type FlushJob =
-  | { op: 'prepare'; job: number; path: string; dataset: string; schema: DatasetSchema; rowGroupRows: number }
+  | { op: 'prepare'; job: number; path: string; dataset: string; schema: DatasetSchema; layout: DataFileLayout }
   | { op: 'encode'; job: number; source: string; firstSeq: string; batchId: string }
   | { op: 'release'; job: number };
 
@@ -50,7 +51,7 @@ export class FlushEncoder {
   private readonly warmed = new Map<string, Promise<SegmentCommit | null>>();
 
   constructor(
-    private readonly rowGroupRows: number,
+    private readonly layout: DataFileLayout,
     private readonly workerMinBytes: number,
   ) {}
 
@@ -89,7 +90,7 @@ export class FlushEncoder {
     return {
       partitions: [...parts].map(([source, p]) => ({
         source,
-        rows: { rows: p.rows, encode: async (firstSeq, batchId) => encodeRows(schema, p, firstSeq, batchId, this.rowGroupRows) },
+        rows: { rows: p.rows, encode: async (firstSeq, batchId) => encodeRows(schema, p, firstSeq, batchId, this.layout) },
       })),
       release: async () => parts.clear(),
     };
@@ -100,7 +101,7 @@ export class FlushEncoder {
     let groups: { source: string; rows: number }[];
     this.open.add(job);
     try {
-      ({ groups = [] } = await this.worker.call({ op: 'prepare', job, path, dataset, schema, rowGroupRows: this.rowGroupRows }));
+      ({ groups = [] } = await this.worker.call({ op: 'prepare', job, path, dataset, schema, layout: this.layout }));
     } catch (e) {
       this.open.delete(job);
       // A worker that could not start or died is no reason to fail the flush: build it here.

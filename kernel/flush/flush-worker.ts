@@ -8,6 +8,7 @@ import { parentPort } from 'node:worker_threads';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { PreparedRows } from './decorate.js';
 import { serve } from '../io/worker.js';
+import type { DataFileLayout } from '../store/parquet.js';
 import type { FlushJob, FlushReply } from './flush-encoder.js';
 import { encodeRows, segmentRows } from './segment-rows.js';
 
@@ -15,13 +16,13 @@ const port = parentPort;
 if (!port) throw new Error('flush-worker.ts runs as a worker thread (see flush-encoder.ts)');
 
 /** Prepared partitions of each segment in progress, by job id. */
-const jobs = new Map<number, { schema: DatasetSchema; rowGroupRows: number; parts: Map<string, PreparedRows> }>();
+const jobs = new Map<number, { schema: DatasetSchema; layout: DataFileLayout; parts: Map<string, PreparedRows> }>();
 
 serve<FlushJob & { call: number }, FlushReply>(port, async (m) => {
   switch (m.op) {
     case 'prepare': {
       const parts = await segmentRows(m.path, m.dataset, m.schema);
-      jobs.set(m.job, { schema: m.schema, rowGroupRows: m.rowGroupRows, parts });
+      jobs.set(m.job, { schema: m.schema, layout: m.layout, parts });
       return { reply: { groups: [...parts].map(([source, p]) => ({ source, rows: p.rows })) } };
     }
     case 'encode': {
@@ -29,7 +30,7 @@ serve<FlushJob & { call: number }, FlushReply>(port, async (m) => {
       const rows = job?.parts.get(m.source);
       if (!job || !rows) throw new Error(`no prepared rows for job ${m.job} source ${JSON.stringify(m.source)}`);
       job.parts.delete(m.source);
-      const file = encodeRows(job.schema, rows, BigInt(m.firstSeq), m.batchId, job.rowGroupRows);
+      const file = encodeRows(job.schema, rows, BigInt(m.firstSeq), m.batchId, job.layout);
       // Transferred, not copied: the bytes must own their whole buffer.
       const own = file.bytes.byteLength === file.bytes.buffer.byteLength ? file.bytes : file.bytes.slice();
       return { reply: { file: { ...file, bytes: own } }, transfer: [own.buffer as ArrayBuffer] };

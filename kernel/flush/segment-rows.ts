@@ -10,6 +10,7 @@ import type { DatasetSchema } from '../../types/schema.js';
 import { type EncodedFile, encodeDataFile } from './commit.js';
 import { type PreparedRows, prepareBatches, stamp } from './decorate.js';
 import { frameBatches } from '../spool/frames.js';
+import type { DataFileLayout } from '../store/parquet.js';
 import { partitionRef } from '../store/partition.js';
 import { readSegment } from '../spool/spool.js';
 
@@ -30,6 +31,6 @@ export async function segmentRows(path: string, dataset: string, schema: Dataset
 }
 
 /** Stamp prepared rows with their seqs and batch id and encode them as a data file. */
-export function encodeRows(schema: DatasetSchema, rows: PreparedRows, firstSeq: bigint, batchId: string, rowGroupRows: number): EncodedFile {
-  return encodeDataFile(stamp(schema.columns, rows, firstSeq, batchId), schema, rowGroupRows);
+export function encodeRows(schema: DatasetSchema, rows: PreparedRows, firstSeq: bigint, batchId: string, layout: DataFileLayout): EncodedFile {
+  return encodeDataFile(stamp(schema.columns, rows, firstSeq, batchId), schema, layout);
 }

@@ -15,7 +15,7 @@ import type { PartitionRef } from '../../types/storage.js';
 import { writeDataFile } from '../flush/commit.js';
 import { conformWithRowIds } from './legacy-ids.js';
 import { type FileEntry, manifestRows, writeManifest } from './manifest.js';
-import { ParquetReader, scratchCounters } from './parquet.js';
+import { type DataFileLayout, ParquetReader, scratchCounters } from './parquet.js';
 import type { PartitionStore } from './partition.js';
 import { nextManifest, startGeneration } from './rewrite.js';
 
@@ -29,7 +29,7 @@ export interface CompactResult {
 export async function compactPartition(
   store: PartitionStore,
   schema: DatasetSchema,
-  rowGroupRows: number,
+  layout: DataFileLayout,
   fileRows: number,
   minFiles = 2,
 ): Promise<CompactResult | null> {
@@ -47,7 +47,7 @@ export async function compactPartition(
   const committedAt = Math.min(...manifest.files.map((f) => f.committedAt ?? Date.now()));
   const emit = async () => {
     if (pendingRows === 0) return;
-    out.push(await writeDataFile(store, to, new Table(pending), schema, rowGroupRows, committedAt));
+    out.push(await writeDataFile(store, to, new Table(pending), schema, layout, committedAt));
     pending = [];
     pendingRows = 0;
   };

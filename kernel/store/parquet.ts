@@ -23,6 +23,25 @@ import { ROW_ID_COLUMN, SEQ_COLUMN } from './columns.js';
 export const DEFAULT_ROW_GROUP_ROWS = 16_384;
 
 /**
+ * The codec of a cache data file's columns (the row id column is stored
+ * uncompressed either way). LZ4 by default: in parquet-wasm, zstd took three
+ * quarters of a cache file's decode, which is the export's critical path, and
+ * half of the flush's encode, for files about a third smaller. `zstd` for a
+ * cache that must hold more rows on the same disk. A reader takes either, so
+ * a cache may hold both.
+ * @ref LLP 0103: cache files are LZ4 by default
+ */
+export type CacheCompression = 'lz4' | 'zstd';
+export const DEFAULT_CACHE_COMPRESSION: CacheCompression = 'lz4';
+
+/** How the cache writes a data file: rows per row group and codec. */
+export interface DataFileLayout {
+  readonly rowGroupRows: number;
+  readonly compression: CacheCompression;
+}
+export const DEFAULT_LAYOUT: DataFileLayout = { rowGroupRows: DEFAULT_ROW_GROUP_ROWS, compression: DEFAULT_CACHE_COMPRESSION };
+
+/**
  * A row group decodes into one batch, not parquet-wasm's default of 1,024-row
  * batches: every batch costs each reader a slice, a projection and a hash
  * call, which for a 1M-row unit's digest cost more than the hashing (the
@@ -48,18 +67,18 @@ function parquetWasm(): typeof PW {
 /** Counters for maintenance reads, which are not part of the storage service's figures. */
 export const scratchCounters = (): ReadCounters => ({ filesOpened: 0, rowGroupsRead: 0, bytesRead: 0, rowsRead: 0 });
 
-export function encodeParquet(table: Table, rowGroupRows = DEFAULT_ROW_GROUP_ROWS): Uint8Array {
+export function encodeParquet(table: Table, layout: DataFileLayout = DEFAULT_LAYOUT): Uint8Array {
   // Row ids are random by nature: compressing or gathering stats on them costs a
   // third of the encode time and gains nothing. No column is dictionary-encoded:
-  // on the demo rows zstd alone gives smaller files (2.15 vs 2.30 MB per 50k rows)
-  // and encodes and decodes in half the time (LLP 0013).
+  // on the demo rows the codec alone gave smaller files (zstd: 2.15 vs 2.30 MB
+  // per 50k rows) that encode and decode in half the time (LLP 0013).
   const pw = parquetWasm();
   const props = new pw.WriterPropertiesBuilder()
-    .setCompression(pw.Compression.ZSTD)
+    .setCompression(layout.compression === 'zstd' ? pw.Compression.ZSTD : pw.Compression.LZ4_RAW)
     .setDictionaryEnabled(false)
     .setColumnCompression(ROW_ID_COLUMN, pw.Compression.UNCOMPRESSED)
     .setColumnStatisticsEnabled(ROW_ID_COLUMN, pw.EnabledStatistics.None)
-    .setMaxRowGroupSize(rowGroupRows)
+    .setMaxRowGroupSize(layout.rowGroupRows)
     .build();
   return pw.writeParquet(pw.Table.fromIPCStream(tableToIPC(table, 'stream')), props);
 }

@@ -14,7 +14,7 @@ import type { PartitionRef } from '../../types/storage.js';
 import { SEQ_COLUMN } from './columns.js';
 import { writeDataFile } from '../flush/commit.js';
 import { type FileEntry, manifestRows, writeManifest } from './manifest.js';
-import { ParquetReader, scratchCounters } from './parquet.js';
+import { type DataFileLayout, ParquetReader, scratchCounters } from './parquet.js';
 import type { PartitionStore } from './partition.js';
 import { linkFile, nextManifest, startGeneration } from './rewrite.js';
 
@@ -85,7 +85,7 @@ export async function retainPartition(
   store: PartitionStore,
   schema: DatasetSchema,
   policy: RetentionPolicy,
-  rowGroupRows: number,
+  layout: DataFileLayout,
 ): Promise<RetentionResult> {
   const { generation, manifest } = await store.current();
   await store.sweep();
@@ -165,7 +165,7 @@ export async function retainPartition(
       await linkFile(store, generation, generation + 1, f.name);
       next.files.push(f);
     } else if (dropped < f.rows) {
-      next.files.push(await rewriteFile(store, gdir, f, mask, generation + 1, schema, rowGroupRows));
+      next.files.push(await rewriteFile(store, gdir, f, mask, generation + 1, schema, layout));
     }
   }
   next.prunedThroughSeq = through < 0n ? null : through.toString();
@@ -183,7 +183,7 @@ async function rewriteFile(
   mask: Uint8Array,
   toGeneration: number,
   schema: DatasetSchema,
-  rowGroupRows: number,
+  layout: DataFileLayout,
 ): Promise<FileEntry> {
   const reader = await ParquetReader.open(`${gdir}/${f.name}`, scratchCounters(), f);
   const kept: RecordBatch[] = [];
@@ -205,5 +205,5 @@ async function rewriteFile(
   } finally {
     reader.close();
   }
-  return writeDataFile(store, toGeneration, new Table(kept), schema, rowGroupRows, f.committedAt);
+  return writeDataFile(store, toGeneration, new Table(kept), schema, layout, f.committedAt);
 }

@@ -15,6 +15,7 @@ import { commitRows } from '../../kernel/flush/commit.js';
 import { prepareRows } from '../../kernel/flush/decorate.js';
 import { FlushEncoder } from '../../kernel/flush/flush-encoder.js';
 import { encodeRows } from '../../kernel/flush/segment-rows.js';
+import { DEFAULT_LAYOUT } from '../../kernel/store/parquet.js';
 import { collect, EVENTS, EVENTS_V2, openCache, rows } from '../support/datasets.js';
 import { tempDir } from '../support/tmp.js';
 import { currentManifest, partitionDirs, readParquetRaw, walk } from './helpers.js';
@@ -115,7 +116,7 @@ describe('flush worker', () => {
     const cache = await openCache(root);
     await cache.appendRows(S1, ['source', 'id', 'ts', 'msg'], rows('web', 1, 300));
     const [seg] = await cache.spool(S1).seal();
-    const encoder = new FlushEncoder(64, 0);
+    const encoder = new FlushEncoder({ ...DEFAULT_LAYOUT, rowGroupRows: 64 }, 0);
     // The worker takes well over 20 ms to start (loader, Arrow, parquet-wasm): it is stopped mid-prepare.
     setTimeout(() => void encoder.close(), 20);
     const built = await encoder.segment(seg!.path, 'events', EVENTS);
@@ -138,7 +139,7 @@ describe('flush worker', () => {
       const store = cache.store(cache.partition('events', 'web'));
       const rows = prepareRows(store.ref, EVENTS.columns, [[1, Date.parse('2026-01-01T00:00:01Z'), 'a']]);
       // An encoder that stamps the wrong seqs (as a broken worker would).
-      const off = { rows: 1, encode: async (first: bigint, batchId: string) => encodeRows(EVENTS, rows, first + 7n, batchId, 64) };
+      const off = { rows: 1, encode: async (first: bigint, batchId: string) => encodeRows(EVENTS, rows, first + 7n, batchId, { ...DEFAULT_LAYOUT, rowGroupRows: 64 }) };
       await assert.rejects(
         // An allocator of its own: this checks the encoded file, not the writer lock.
         commitRows(store, new SeqAllocator(root), { rows: off, batchId: "b", marker: { spool: "x", segment: 0 } }),

@@ -10,14 +10,14 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { Int64, Table, vectorFromArray } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
-import { encodeParquet, ParquetReader, scratchCounters } from '../../kernel/store/parquet.js';
+import { DEFAULT_LAYOUT, encodeParquet, ParquetReader, scratchCounters } from '../../kernel/store/parquet.js';
 import { tempDir } from '../support/tmp.js';
 
 test("a cache file's row groups are counted without leaving a copy of its metadata in wasm memory", async () => {
   const dir = tempDir('hypsink-row-groups-');
   const path = join(dir, 'groups.parquet');
   const ids = Array.from({ length: 40_000 }, (_, i) => BigInt(i));
-  await fsp.writeFile(path, encodeParquet(new Table({ id: vectorFromArray(ids, new Int64()) }), 100));
+  await fsp.writeFile(path, encodeParquet(new Table({ id: vectorFromArray(ids, new Int64()) }), { ...DEFAULT_LAYOUT, rowGroupRows: 100 }));
   const reader = await ParquetReader.open(path, scratchCounters());
   try {
     assert.equal(reader.numRowGroups, 400);

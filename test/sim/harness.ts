@@ -338,6 +338,8 @@ export interface ScenarioOptions {
   readonly unitRows: number;
   readonly seqBlockSize?: number;
   readonly rowGroupRows?: number;
+  /** The cache's codec (`cache.compression`); the default when absent. */
+  readonly cacheCompression?: 'lz4' | 'zstd';
   readonly partSize?: number;
   /** Defaults to the world's receiver proxy. */
   readonly centralUrl?: string;
@@ -430,7 +432,7 @@ export async function writeScenarioConfig(dir: string, world: World, o: Scenario
     },
   };
   const config = {
-    cache: { root: 'cache', lockWaitMs: 30_000, seqBlockSize: o.seqBlockSize ?? 1024, rowGroupRows: o.rowGroupRows ?? 65_536 },
+    cache: { root: 'cache', lockWaitMs: 30_000, seqBlockSize: o.seqBlockSize ?? 1024, rowGroupRows: o.rowGroupRows ?? 65_536, ...(o.cacheCompression ? { compression: o.cacheCompression } : {}) },
     state: { dir: 'state' },
     driver: { lockWaitMs: 30_000, outboxBaseMs: 1, concurrency: 2 },
     datasets: { events: eventsDataset(o.extraColumn ? ['extra'] : []) },

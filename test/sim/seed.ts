@@ -1345,6 +1345,8 @@ class Scenario {
     const base = { sinks: this.full, unitRows: this.chance(0.25) ? this.int(3, 9) : this.int(10, 60), seqBlockSize: this.int(1, 64), rowGroupRows: this.int(6, 64), partSize: this.chance(0.2) ? 1024 : 8 * 1024 * 1024,
       // A few-KB compaction target in a quarter of the seeds (from the seed's number: the random stream stays as it was).
       iceTargetBytes: this.seed % 4 === 1 ? 4096 : undefined,
+      // The cache's files in zstd in a third of the seeds, LZ4 (the default) in the rest, likewise by number. @ref LLP 0103
+      cacheCompression: this.seed % 3 === 2 ? ('zstd' as const) : undefined,
     };
     // One Iceberg table for the scenario: a second cache writes to it too.
     const iceDir = join(dir, 'ice');
