@@ -1,17 +1,17 @@
 /**
  * A Parquet file of a unit's Arrow batches, for every plugin that writes one
- * (format-parquet's blob, format-iceberg's data files). With
- * `HYPSINK_PARQUET_THREAD=1` the encoder, about two thirds of an export's CPU
- * (LLP 0068), runs on a worker thread of its own for a unit of at least
- * `OFF_THREAD_ROWS` rows: the calling thread (the kernel's) reads, hashes and
- * converts the next batches while the worker encodes the ones before, a few
- * batches apart. Off by default: the second wasm instance took the bench's
- * 1M-row export to 351 MB peak RSS (bound 300), and on a loaded machine no
- * gain in time was measured. A smaller unit is always encoded on the calling
- * thread: it would gain nothing from the overlap.
+ * (format-parquet's blob, format-iceberg's data files). For a unit of at
+ * least `OFF_THREAD_ROWS` rows the encoder, about two thirds of an export's
+ * CPU (LLP 0068), runs on a worker thread of its own: the calling thread (the
+ * kernel's) reads, hashes and converts the next batches while the worker
+ * encodes the ones before, a few batches apart. `HYPSINK_PARQUET_THREAD=0`
+ * keeps it on the calling thread (about 50 MB less at peak, a 1M-row export
+ * some 12% slower). A smaller unit is always encoded on the calling thread: it
+ * would gain nothing from the overlap.
  * Either way a source error (a damaged cache file: HYPSINK_ERR_CORRUPT naming
  * it) is thrown as it was, and a body whose source failed never ends normally.
  * @ref LLP 0079: Parquet encoded off the kernel's thread
+ * @ref LLP 0105: the Parquet writer thread is on by default
  */
 import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import type { ColumnSpec } from './schema.js';
@@ -70,9 +70,13 @@ export function parquetBody(batches: AsyncIterable<RecordBatch>, plan: ParquetPl
   return onWriterThread(rows) ? offThread(batches, plan) : onThisThread(batches, plan);
 }
 
-/** Whether a file of `rows` rows is encoded on the writer thread (read per file, so a test can turn it on). */
+/**
+ * Whether a file of `rows` rows is encoded on the writer thread (read per
+ * file, so a test can turn it off). On by default since LLP 0105.
+ * @ref LLP 0105: the Parquet writer thread is on by default
+ */
 export function onWriterThread(rows: number): boolean {
-  return process.env.HYPSINK_PARQUET_THREAD === '1' && rows >= OFF_THREAD_ROWS;
+  return process.env.HYPSINK_PARQUET_THREAD !== '0' && rows >= OFF_THREAD_ROWS;
 }
 
 async function* onThisThread(batches: AsyncIterable<RecordBatch>, plan: ParquetPlan): BlobBody {

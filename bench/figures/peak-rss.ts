@@ -2,9 +2,11 @@
  * Figure 7: peak RSS (MB) of a process whose only job is exporting a 1M-row
  * partition (--quick 200k) with the local-fs Parquet sink. The partition is
  * built by this (another) process first; the child's own high-water RSS at the
- * end is the figure (VmHWM: see bench/child/export.ts for why not maxRSS). The
- * same child with nothing to export gives the baseline (Node, tsx, the kernel
- * and its plugins loaded), kept in the details.
+ * end is the figure (VmHWM: see bench/child/export.mjs for why not maxRSS). The
+ * child runs the compiled package, as a host does; until LLP 0105 it ran the
+ * sources under tsx, whose loader each worker thread loads again. The same
+ * child with nothing to export gives the baseline (Node, the kernel and its
+ * plugins loaded), kept in the details.
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
@@ -23,9 +25,11 @@ interface ChildResult {
 }
 
 function runChild(configPath: string, sink: string, idle: boolean): Promise<ChildResult> {
-  const args = ['--import', 'tsx', join(REPO, 'bench/child/export.ts'), configPath, sink, ...(idle ? ['--idle'] : [])];
+  const args = [join(REPO, 'bench/child/export.mjs'), configPath, sink, ...(idle ? ['--idle'] : [])];
+  // Without the bench's NODE_OPTIONS (its source condition, its loader): the package as a host runs it.
+  const env = { ...process.env, NODE_OPTIONS: '', HYPSINK_LOG_LEVEL: 'silent' };
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, args, { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, args, { cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (c: Buffer) => {

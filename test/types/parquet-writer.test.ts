@@ -1,7 +1,7 @@
 /**
- * The SDK's Parquet writer (`parquetBody`): with HYPSINK_PARQUET_THREAD=1 a
- * file of at least OFF_THREAD_ROWS rows is encoded on the writer thread, a
- * smaller one on the calling thread,
+ * The SDK's Parquet writer (`parquetBody`): a file of at least
+ * OFF_THREAD_ROWS rows is encoded on the writer thread (unless
+ * HYPSINK_PARQUET_THREAD=0), a smaller one on the calling thread,
  * and the two give the same bytes; DuckDB and parquet-wasm read every row. A
  * source error in the middle is thrown as it was and the body never ends
  * normally; a reader that stops early closes the source. After either, the
@@ -21,8 +21,8 @@ import { OFF_THREAD_ROWS, onWriterThread, type ParquetPlan, parquetBody } from '
 import type { ColumnSpec } from '../../types/schema.js';
 import { tempDir } from '../support/tmp.js';
 
-// The writer thread is off by default (its memory, LLP 0079): on for this file's large files.
-process.env.HYPSINK_PARQUET_THREAD = '1';
+// The writer thread is on by default (LLP 0105) unless the environment says 0: this file's large files need it.
+delete process.env.HYPSINK_PARQUET_THREAD;
 
 const COLUMNS: ColumnSpec[] = [
   { name: 'id', type: 'INT64', nullable: false },
@@ -63,8 +63,11 @@ async function bytesOf(body: AsyncIterable<Uint8Array>): Promise<Uint8Array> {
 }
 
 test('a large file is written on the writer thread, byte for byte what the calling thread writes, and every reader reads every row', async () => {
-  assert.equal(onWriterThread(ROWS), true);
+  assert.equal(onWriterThread(ROWS), true, 'on by default');
   assert.equal(onWriterThread(0), false);
+  process.env.HYPSINK_PARQUET_THREAD = '0';
+  assert.equal(onWriterThread(ROWS), false, 'HYPSINK_PARQUET_THREAD=0 turns it off');
+  delete process.env.HYPSINK_PARQUET_THREAD;
   const threaded = await bytesOf(parquetBody(source(ROWS), PLAN, ROWS));
   const inline = await bytesOf(parquetBody(source(ROWS), PLAN, 0));
   assert.ok(Buffer.from(threaded).equals(Buffer.from(inline)), 'the same file on either thread');

@@ -1,6 +1,9 @@
 /**
- * Child process for the peak-RSS figure: its only job is one tick of one sink.
- *   node --import tsx bench/child/export.ts <config> <sink> [--idle]
+ * Child process for the peak-RSS figure: its only job is one tick of one sink,
+ * through the package as a host imports it (`hypsink`, the compiled build that
+ * `npm run bench` makes first): plain JavaScript, so neither the TypeScript
+ * loader nor its copy in each worker thread is in the figure.
+ *   HYPSINK_LOG_LEVEL=silent node bench/child/export.mjs <config> <sink> [--idle]
  * `--idle` opens the kernel and exports nothing (the baseline RSS).
  * Prints one JSON line: { rows, ms, peakRssKb, maxRssKb, end } (`end`: process.memoryUsage() in MB at the end).
  *
@@ -10,16 +13,14 @@
  * reports the parent's RSS (an idle child of the bench read 320 MB).
  */
 import { readFileSync } from 'node:fs';
-import { loadConfig } from '../../kernel/config/load.js';
-import { createLogger } from '../../kernel/log.js';
-import { Hypsink } from '../../kernel/runtime.js';
+import { open } from 'hypsink';
 
 const [configPath, sink, mode] = process.argv.slice(2);
 if (!configPath || !sink) {
-  process.stderr.write('usage: export.ts <config> <sink> [--idle]\n');
+  process.stderr.write('usage: export.mjs <config> <sink> [--idle]\n');
   process.exit(2);
 }
-const k = await Hypsink.open(await loadConfig(configPath), { log: createLogger('silent') });
+const k = await open(configPath);
 const t0 = performance.now();
 let rows = 0;
 try {
@@ -34,7 +35,7 @@ try {
 }
 const maxRssKb = process.resourceUsage().maxRSS;
 /** VmHWM in kB where /proc exists (Linux), else maxRSS. */
-function peakRssKb(): number {
+function peakRssKb() {
   try {
     const m = /^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync('/proc/self/status', 'utf8'));
     if (m) return Number(m[1]);
