@@ -28,8 +28,13 @@ import { ROW_ID_COLUMN } from './columns.js';
 /** The copy of each id below is of 22 bytes: this fails to compile if row ids are ever another length. */
 const ID_BYTES: 22 = HASH128_CHARS;
 
-/** Read at the end of the file first: the footer of a cache file (tens of row groups) fits. */
-const TAIL = 64 << 10;
+/**
+ * Read at the end of the file first: the footer of a flush's file (a few row
+ * groups, about 6 KB for 50k demo rows) fits; a longer one is read whole
+ * after. Not more: a small file (a tick's 1k new rows) was read whole by a
+ * 64 KB tail, then its columns again by the decoder, twice its bytes.
+ */
+const TAIL = 8 << 10;
 // Parquet's enums (parquet.thrift).
 const REQUIRED = 0;
 const OPTIONAL = 1;

@@ -149,6 +149,27 @@ test('the page reader reads a cache-written file, and declines every other layou
   assert.equal(counters.filesOpened, 1, 'a file read from its pages is counted');
 });
 
+test("a small file's ids are read with its footer and its id pages, not the whole file first", async () => {
+  // 1,000 rows: a tick's new rows, some 26 KB of ids, a file under the 64 KB once read whole as its "tail".
+  const ids = idsOf(1_000);
+  const file = fileOf(ids);
+  const dir = await mkdtemp(join(tmpdir(), 'hypsink-digest-small-'));
+  await fsp.writeFile(join(dir, 'small.parquet'), file);
+  const counters = scratchCounters();
+  const pages = await RowIdPages.open(join(dir, 'small.parquet'), [1_000], counters);
+  assert.ok(pages);
+  try {
+    const got = await pages.ids(0);
+    assert.equal(Buffer.from(got!).toString('utf8'), ids.join(''));
+  } finally {
+    pages.close();
+  }
+  const len = new DataView(file.buffer, file.byteOffset, file.byteLength).getUint32(file.length - 8, true);
+  const [chunk] = idChunks(file.subarray(file.length - 8 - len, file.length - 8), [1_000])!.chunks;
+  // The tail read holds the footer; beside it only the id chunk is read, never the rest of the file.
+  assert.ok(counters.bytesRead <= 8192 + chunk!.size, `read ${counters.bytesRead} bytes of a ${file.length}-byte file whose id chunk is ${chunk!.size}`);
+});
+
 test('a changed or cut page is declined by the page reader; the digest then reads it through the decoder', async () => {
   const ids = idsOf(1_000);
   const file = fileOf(ids);
