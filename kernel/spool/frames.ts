@@ -2,7 +2,7 @@
  * Spool frames: what one append stores, as one line of a spool file.
  *
  * v2 holds each source's rows as Arrow columns in an IPC stream. The line is a
- * JSON header (`{"v":2,"cols":[…],"parts":[{"source","rows","bytes"}]}`), a tab,
+ * JSON header (`{"v":2,"cols":[…],"parts":[{"source","rows","bytes"}],"crc"}`), a tab,
  * and the parts' streams one after another in base64, so the frame stays one
  * line (a torn tail is still found by its missing newline) and the bulk is
  * never scanned as JSON. The appending thread builds the columns once; the flush
@@ -10,6 +10,7 @@
  * line, which never holds a raw tab) is read for spools written before.
  * @ref LLP 0015: spool frames as Arrow columns, row ids over column bytes
  */
+import { crc32 } from 'node:zlib';
 import { type Data, makeData, RecordBatch, Struct, Table, tableFromIPC, tableToIPC } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
@@ -46,6 +47,8 @@ export interface FrameV2 {
   cols: string[];
   parts: { source: string; rows: number; bytes: number }[];
   batch?: BatchMark;
+  /** CRC-32 of the parts' IPC streams as appended; absent in frames spooled before LLP 0106. */
+  crc?: number;
   /** The parts' IPC streams, one after another (not in the header: after its tab). */
   payload: Uint8Array;
 }
@@ -87,13 +90,16 @@ export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly 
     const batch = new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children }));
     return tableToIPC(new Table(schema, [batch]), 'stream');
   });
+  const ipc = Buffer.concat(streams);
   const header = JSON.stringify({
     v: 2,
     cols: columns.map((c) => c.name),
     parts: parts.map(({ source, rows }, i) => ({ source, rows, bytes: streams[i]!.byteLength })),
+    // The flush checks the columns against it: a flipped bit in a durable segment is named, never committed as another value. @ref LLP 0106
+    crc: crc32(ipc),
     ...(batch ? { batch } : {}),
   });
-  const payload = Buffer.concat(streams).toString('base64');
+  const payload = ipc.toString('base64');
   const headBytes = Buffer.byteLength(header);
   // A buffer of its own, so a parse worker can transfer it.
   const bytes = Buffer.from(new ArrayBuffer(headBytes + 1 + payload.length + 1));
@@ -105,6 +111,7 @@ export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly 
 }
 
 const TAB = 0x09;
+const hex = (n: number) => n.toString(16).padStart(8, '0');
 
 /** The same frame line with `batch` in its header: the columns after the tab are not touched. */
 export function markFrameLine(line: { bytes: Uint8Array; rows: number }, batch: BatchMark): { bytes: Uint8Array; rows: number } {
@@ -167,7 +174,12 @@ function frameProblem(f: unknown): string | null {
     if (!ok) return 'not a spool frame (v2 parts)';
     if ('batch' in frame && checkBatchMark((frame as { batch?: unknown }).batch)) return 'not a spool frame (v2 batch mark)';
     const total = parts.reduce((n, p) => n + (p.bytes as number), 0);
-    return total === frame.payload.byteLength ? null : `its columns hold ${frame.payload.byteLength} bytes, its parts say ${total}`;
+    if (total !== frame.payload.byteLength) return `its columns hold ${frame.payload.byteLength} bytes, its parts say ${total}`;
+    const crc = (frame as { crc?: unknown }).crc;
+    if (crc === undefined) return null;
+    if (!Number.isInteger(crc) || (crc as number) < 0 || (crc as number) > 0xffffffff) return 'not a spool frame (v2 crc)';
+    const got = crc32(frame.payload);
+    return got === crc ? null : `its columns do not match the checksum they were spooled with (CRC-32 ${hex(crc as number)}, read ${hex(got)}): damaged on disk`;
   }
   return `spool frame version ${JSON.stringify(frame.v)} is not known to this hypsink (1 or 2)`;
 }

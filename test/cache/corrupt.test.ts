@@ -192,6 +192,23 @@ describe('corrupt state files', () => {
       });
       assert.equal((await read(cache)).length, 60, 'no part of the damaged segment was committed');
     }
+    // One bit of a message's text flipped inside the columns, the frame's length and shape whole: it decodes,
+    // and the flush committed the other text until frames carried a checksum. @ref LLP 0106
+    {
+      const { root, cache } = await copy();
+      const cur = join(root, 'spools/events/s1/current.ndjson');
+      const last = (await fsp.readFile(cur, 'utf8')).trimEnd().split('\n').at(-1)!;
+      const tab = last.indexOf('\t');
+      const columns = Buffer.from(last.slice(tab + 1), 'base64');
+      columns[columns.lastIndexOf(0x6d)]! ^= 0x10; // the last "m" of a msg value ("m59") becomes "}"
+      await fsp.appendFile(cur, `${last.slice(0, tab)}\t${columns.toString('base64')}\n`);
+      await assert.rejects(cache.flushTable(S1), (e: { code?: string; message?: string }) => {
+        assert.equal(e.code, 'HYPSINK_ERR_CORRUPT', e.message);
+        assert.match(e.message ?? '', /seg-\d+\.ndjson line \d+: its columns do not match the checksum they were spooled with/);
+        return true;
+      });
+      assert.equal((await read(cache)).length, 60, 'no part of the damaged segment was committed');
+    }
     {
       const { root, cache } = await copy();
       await fsp.appendFile(join(root, 'spools/events/s1/current.ndjson'), '{"v":3,"cols":["id"],"parts":[]}\n');
