@@ -14,6 +14,7 @@ import { crc32 } from 'node:zlib';
 import { type Data, makeData, RecordBatch, Struct, Table, tableFromIPC, tableToIPC } from 'apache-arrow';
 import { HypsinkError } from '../../types/errors.js';
 import type { ColumnSpec, DatasetSchema } from '../../types/schema.js';
+import { crcMismatch, isCrc32 } from '../store/checksums.js';
 import { arrowType, buildColumn, userSchema } from '../store/columns.js';
 
 /** v1: column names at append time, then rows as [source, ...values] (normalize.ts forms). */
@@ -111,7 +112,6 @@ export function encodeFrameLine(columns: readonly ColumnSpec[], parts: readonly 
 }
 
 const TAB = 0x09;
-const hex = (n: number) => n.toString(16).padStart(8, '0');
 
 /** The same frame line with `batch` in its header: the columns after the tab are not touched. */
 export function markFrameLine(line: { bytes: Uint8Array; rows: number }, batch: BatchMark): { bytes: Uint8Array; rows: number } {
@@ -177,9 +177,9 @@ function frameProblem(f: unknown): string | null {
     if (total !== frame.payload.byteLength) return `its columns hold ${frame.payload.byteLength} bytes, its parts say ${total}`;
     const crc = (frame as { crc?: unknown }).crc;
     if (crc === undefined) return null;
-    if (!Number.isInteger(crc) || (crc as number) < 0 || (crc as number) > 0xffffffff) return 'not a spool frame (v2 crc)';
-    const got = crc32(frame.payload);
-    return got === crc ? null : `its columns do not match the checksum they were spooled with (CRC-32 ${hex(crc as number)}, read ${hex(got)}): damaged on disk`;
+    if (!isCrc32(crc)) return 'not a spool frame (v2 crc)';
+    const mismatch = crcMismatch(crc, frame.payload);
+    return mismatch && `its columns do not match the checksum they were spooled with (${mismatch}): damaged on disk`;
   }
   return `spool frame version ${JSON.stringify(frame.v)} is not known to this hypsink (1 or 2)`;
 }

@@ -39,12 +39,21 @@ export function checkRead(checks: readonly ChunkCheck[], start: number, bytes: U
   const end = start + bytes.length;
   for (const [offset, size, crc] of checks) {
     if (offset < start || offset + size > end) continue;
-    const got = crc32(bytes.subarray(offset - start, offset - start + size));
-    if (got !== crc) {
-      return `its column chunk at bytes ${offset}..${offset + size} does not match the checksum the cache wrote (CRC-32 ${hex(crc)}, read ${hex(got)}): damaged on disk`;
-    }
+    const mismatch = crcMismatch(crc, bytes.subarray(offset - start, offset - start + size));
+    if (mismatch) return `its column chunk at bytes ${offset}..${offset + size} does not match the checksum the cache wrote (${mismatch}): damaged on disk`;
   }
   return null;
+}
+
+/** Whether `v` can be a CRC-32 (an unsigned 32-bit integer). */
+export function isCrc32(v: unknown): v is number {
+  return Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 0xffffffff;
+}
+
+/** `CRC-32 <want>, read <got>` when `bytes` do not have the CRC-32 `want`, else null. Spool frames check theirs here too (LLP 0106). */
+export function crcMismatch(want: number, bytes: Uint8Array): string | null {
+  const got = crc32(bytes);
+  return got === want ? null : `CRC-32 ${hex(want)}, read ${hex(got)}`;
 }
 
 const hex = (n: number) => n.toString(16).padStart(8, '0');
@@ -55,7 +64,7 @@ export function validChecks(v: unknown): boolean {
     Array.isArray(v) &&
     v.every(
       (c) =>
-        Array.isArray(c) && c.length === 3 && Number.isSafeInteger(c[0]) && c[0] >= 4 && Number.isSafeInteger(c[1]) && c[1] > 0 && Number.isInteger(c[2]) && c[2] >= 0 && c[2] <= 0xffffffff,
+        Array.isArray(c) && c.length === 3 && Number.isSafeInteger(c[0]) && c[0] >= 4 && Number.isSafeInteger(c[1]) && c[1] > 0 && isCrc32(c[2]),
     )
   );
 }
