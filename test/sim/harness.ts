@@ -669,7 +669,12 @@ const decoded = new Map<string, { key: string; ids: number[]; seqs: (string | nu
 const fileKey = (st: Stats) => `${st.size}:${st.mtimeMs}:${st.ino}`;
 
 function decodeParquet(bytes: Uint8Array, path: string, withSeq: boolean): { ids: number[]; seqs: (string | null)[] } {
-  const t = tableFromIPC(pw.readParquet(bytes, withSeq ? { columns: ['id', SEQ] } : undefined).intoIPCStream());
+  let t: ReturnType<typeof tableFromIPC>;
+  try {
+    t = tableFromIPC(pw.readParquet(bytes, withSeq ? { columns: ['id', SEQ] } : undefined).intoIPCStream());
+  } catch (e) {
+    throw new Error(`${path} (${bytes.length} bytes) does not decode: ${String(e)}`);
+  }
   if (!withSeq && t.schema.fields.some((x) => x.name.startsWith('_hyp_'))) throw new Error(`${path} carries an internal column`);
   const ids = Array.from(t.getChild('id')!.toArray() as BigInt64Array, Number);
   const s = withSeq ? t.getChild(SEQ) : null;

@@ -6,19 +6,24 @@
  * AbortMultipartUpload (it answers 405) and ListMultipartUploads (501). This
  * helper adds both in front of s3rver's router, working on s3rver's own on-disk
  * upload directories, so "no upload left behind" is checked against the real
- * store state. Everything else is plain s3rver. It does not enforce
- * If-None-Match (use test/support/fault-proxy.ts for the 412 path).
+ * store state. It answers a write once its bytes are written (wholeWrites).
+ * Everything else is plain s3rver. It does not enforce If-None-Match (use
+ * test/support/fault-proxy.ts for the 412 path).
  *
  * Credentials: s3rver knows one account, `S3RVER` / `S3RVER` (it checks the
  * access key id, not V4 signatures). Plugins use the AWS default provider chain,
  * so tests put these in the environment with `useS3rverCredentials()`.
  */
-import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 
 const require = createRequire(import.meta.url);
 
@@ -32,8 +37,20 @@ interface KoaContext {
   type: string;
 }
 type KoaMiddleware = (ctx: KoaContext, next: () => Promise<void>) => Promise<void>;
+/** What wholeWrites replaces and uses of s3rver's FilesystemStore. */
+interface S3rverStore {
+  getResourcePath(bucket: string, key: string | undefined, resource: string): string;
+  putMetadata(bucket: string, key: string, metadata: unknown, md5: string): Promise<void>;
+  putObject(object: { bucket: string; key: string; content: Readable | Buffer; metadata: unknown }): Promise<Written>;
+  putPart(bucket: string, uploadId: string, partNumber: number, content: Readable): Promise<Written>;
+}
+interface Written {
+  size: number;
+  md5: string;
+}
 interface S3rverInstance {
   middleware: KoaMiddleware[];
+  store: S3rverStore;
   run(): Promise<AddressInfo>;
   close(): Promise<void>;
   httpServer?: Server;
@@ -182,6 +199,48 @@ function multipartGaps(directory: string): KoaMiddleware {
   };
 }
 
+/** `content` into `file`, resolved once the file stream has written every byte: its size and md5. */
+async function writeWhole(file: string, content: Readable | Buffer): Promise<Written> {
+  await mkdir(path.dirname(file), { recursive: true });
+  const md5 = createHash('md5');
+  let size = 0;
+  await pipeline(
+    Buffer.isBuffer(content) ? Readable.from([content]) : content,
+    async function* (chunks: AsyncIterable<Buffer>) {
+      for await (const c of chunks) {
+        md5.update(c);
+        size += c.length;
+        yield c;
+      }
+    },
+    createWriteStream(file),
+  );
+  return { size, md5: md5.digest('hex') };
+}
+
+/**
+ * s3rver 3.7.1 answers a PutObject, an UploadPart and (through putObject) a
+ * CompleteMultipartUpload once the bytes have passed its md5 stream, while its
+ * file stream may still be writing them: on a loaded disk an object read right
+ * after its answer was cut, and a part read at completion was cut into the
+ * object for good. S3 answers a write once it is whole; these two store
+ * methods, the same steps, do too. Readers during a write still see it under
+ * way (iceberg.ts's wholeObjectReads holds those). @ref LLP 0107
+ */
+function wholeWrites(store: S3rverStore): void {
+  store.putObject = async (object) => {
+    const w = await writeWhole(store.getResourcePath(object.bucket, object.key, 'object'), object.content);
+    await store.putMetadata(object.bucket, object.key, object.metadata, w.md5);
+    return w;
+  };
+  store.putPart = async (bucket, uploadId, partNumber, content) => {
+    const file = path.join(store.getResourcePath(bucket, undefined, 'uploads'), uploadId, String(partNumber));
+    const w = await writeWhole(file, content);
+    await writeFile(`${file}.md5`, w.md5);
+    return w;
+  };
+}
+
 export async function startS3Server(opts: { buckets?: readonly string[] } = {}): Promise<TestS3Server> {
   const directory = await mkdtemp(path.join(tmpdir(), 'hypsink-s3rver-'));
   const server = new S3rver({
@@ -192,6 +251,7 @@ export async function startS3Server(opts: { buckets?: readonly string[] } = {}):
     vhostBuckets: false,
     configureBuckets: (opts.buckets ?? []).map((name) => ({ name })),
   });
+  wholeWrites(server.store);
   // Before the router (the last middleware), after logging, XML encoding and vhost.
   server.middleware.splice(server.middleware.length - 1, 0, multipartGaps(directory));
   const address = await server.run();
