@@ -1,5 +1,6 @@
 /** hypsink's public contract. Plugins import from here only. */
 export * from './access.js';
+export * from './arrow-rows.js';
 export * from './config.js';
 export type * from './config-file.js';
 export * from './content.js';

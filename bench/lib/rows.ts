@@ -8,11 +8,19 @@ import { demoBatch } from '../../fixtures/demo/generate.js';
 import { normalizeRow } from '../../kernel/ingest/normalize.js';
 import type { DatasetSchema } from '../../types/schema.js';
 
+/**
+ * The demo rows' clock: noon (UTC) of the day before the run. A chunk's rows
+ * span the hours before it (some 4.6 h for 50k rows), so they never cross
+ * midnight: the Iceberg writer writes a file per day, one read each, and its
+ * figure measured one file or two by the hour the bench ran (LLP 0108).
+ */
+export const DEMO_NOW = Math.floor(Date.now() / 86_400_000) * 86_400_000 - 12 * 3_600_000;
+
 /** `n` demo NDJSON lines (no `source` field), ids from `firstId`; `run` varies the content. */
 export function demoLines(n: number, firstId: number, run: number): string[] {
   if (n <= 0) return [];
   // demoBatch yields perSource rows for each of its three sources; the source is not in the line.
-  const batches = demoBatch(run, firstId, Math.ceil(n / 3));
+  const batches = demoBatch(run, firstId, Math.ceil(n / 3), DEMO_NOW);
   return batches.flatMap((b) => b.lines).slice(0, n);
 }
 

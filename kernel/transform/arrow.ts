@@ -3,18 +3,12 @@
  * new columns with makeData from offsets and bytes, keeping some rows. A
  * column a transform does not change is passed on as the same Data
  * (zero-copy); a changed Utf8 column copies its unchanged cells in runs.
+ * Reading cells and keeping rows are the SDK's (types/arrow-rows.ts), which
+ * plugins share.
  * @ref LLP 0046
  */
-import {
-  type Data,
-  DataType,
-  Field,
-  makeData,
-  RecordBatch,
-  Schema,
-  Struct,
-  Utf8,
-} from 'apache-arrow';
+import { type Data, Field, makeData, RecordBatch, Schema, Struct, Utf8 } from 'apache-arrow';
+import { isValid, takeBatch, utf8Cells } from '../../types/arrow-rows.js';
 import type { ColumnSpec } from '../../types/schema.js';
 import { arrowType } from '../store/columns.js';
 
@@ -29,13 +23,6 @@ export function batchOf(schema: Schema, children: readonly Data[], length: numbe
   return new RecordBatch(schema, data);
 }
 
-/** Whether row `i` of `d` holds a value. */
-export function isValid(d: Data, i: number): boolean {
-  if (d.nullCount === 0 || !d.nullBitmap || d.nullBitmap.length === 0) return true;
-  const bit = d.offset + i;
-  return (d.nullBitmap[bit >> 3]! & (1 << (bit & 7))) !== 0;
-}
-
 /** The validity of `d` as a bitmap starting at row 0 (a view when it is byte-aligned), or none without nulls. */
 export function validityAt0(d: Data): { bitmap: Uint8Array | undefined; nullCount: number } {
   const nullCount = d.nullCount;
@@ -45,19 +32,6 @@ export function validityAt0(d: Data): { bitmap: Uint8Array | undefined; nullCoun
   const out = new Uint8Array(bytes);
   for (let i = 0; i < d.length; i++) if (isValid(d, i)) out[i >> 3]! |= 1 << (i & 7);
   return { bitmap: out, nullCount };
-}
-
-/** A Utf8 column's cells where they lie: cell i is `bytes[offsets[i], offsets[i + 1])`. */
-export interface Utf8Cells {
-  /** Already sliced by Arrow: entry i is row i's start. */
-  readonly offsets: Int32Array;
-  /** The value bytes, not sliced. */
-  readonly bytes: Uint8Array;
-  readonly length: number;
-}
-
-export function utf8Cells(d: Data): Utf8Cells {
-  return { offsets: d.valueOffsets as Int32Array, bytes: (d.values as Uint8Array | undefined) ?? new Uint8Array(0), length: d.length };
 }
 
 /**
@@ -122,62 +96,10 @@ export function utf8From(cells: readonly (Uint8Array | null)[]): Data<Utf8> {
   return makeData({ type: new Utf8(), length, nullCount: nulls, nullBitmap: bitmap, valueOffsets: offsets, data: out });
 }
 
-/** The rows `keep` (ascending indexes) of `d`, as a new Data starting at row 0. */
-export function takeRows(d: Data, keep: Int32Array): Data {
-  const n = keep.length;
-  const type = d.type as DataType;
-  let bitmap: Uint8Array | undefined;
-  let nullCount = 0;
-  if (d.nullCount !== 0) {
-    bitmap = new Uint8Array(Math.ceil(n / 8));
-    for (let k = 0; k < n; k++) {
-      if (isValid(d, keep[k]!)) bitmap[k >> 3]! |= 1 << (k & 7);
-      else nullCount++;
-    }
-    if (nullCount === 0) bitmap = undefined;
-  }
-  if (DataType.isUtf8(type)) {
-    const { offsets, bytes } = utf8Cells(d);
-    let total = 0;
-    for (let k = 0; k < n; k++) total += offsets[keep[k]! + 1]! - offsets[keep[k]!]!;
-    const out = new Uint8Array(total);
-    const outOffsets = new Int32Array(n + 1);
-    let pos = 0;
-    for (let k = 0; k < n; k++) {
-      const r = keep[k]!;
-      out.set(bytes.subarray(offsets[r]!, offsets[r + 1]!), pos);
-      pos += offsets[r + 1]! - offsets[r]!;
-      outOffsets[k + 1] = pos;
-    }
-    return makeData({ type: type as Utf8, length: n, nullCount, nullBitmap: bitmap, valueOffsets: outOffsets, data: out });
-  }
-  if (DataType.isBool(type)) {
-    const values = d.values as Uint8Array;
-    const out = new Uint8Array(Math.ceil(n / 8));
-    for (let k = 0; k < n; k++) {
-      const bit = d.offset + keep[k]!;
-      if ((values[bit >> 3]! & (1 << (bit & 7))) !== 0) out[k >> 3]! |= 1 << (k & 7);
-    }
-    return makeData({ type, length: n, nullCount, nullBitmap: bitmap, data: out } as never);
-  }
-  if (DataType.isInt(type) || DataType.isFloat(type) || DataType.isTimestamp(type)) {
-    // Fixed width: Arrow has sliced the values already (row i at i · stride).
-    const values = d.values as BigInt64Array | Float64Array | Int32Array;
-    const stride = d.stride;
-    const Ctor = values.constructor as { new (n: number): typeof values };
-    const out = new Ctor(n * stride);
-    for (let k = 0; k < n; k++) for (let s = 0; s < stride; s++) out[k * stride + s] = values[keep[k]! * stride + s]!;
-    return makeData({ type, length: n, nullCount, nullBitmap: bitmap, data: out } as never);
-  }
-  throw new Error(`cannot keep rows of an Arrow ${String(type)} column`);
-}
-
 /** The batch without the rows `refused` (ascending), or `batch` itself when none is. */
 export function withoutRows(batch: RecordBatch, refused: readonly number[]): RecordBatch {
   if (refused.length === 0) return batch;
-  const keep = keptRows(batch.numRows, refused);
-  const children = batch.data.children.map((c) => takeRows(c, keep));
-  return batchOf(batch.schema, children, keep.length);
+  return takeBatch(batch, keptRows(batch.numRows, refused));
 }
 
 /** The indexes of `[0, rows)` not in `refused` (ascending). */

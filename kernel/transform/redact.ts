@@ -11,7 +11,8 @@ import { isUtf8 } from 'node:buffer';
 import type { Data, RecordBatch } from 'apache-arrow';
 import type { ColumnSpec } from '../../types/schema.js';
 import type { BoundTransform, RowRefusal, TransformOutput } from '../../types/transforms.js';
-import { batchOf, isValid, replaceCells, schemaOf, utf8Cells, withoutRows } from './arrow.js';
+import { isValid, utf8Cells } from '../../types/arrow-rows.js';
+import { batchOf, replaceCells, schemaOf, withoutRows } from './arrow.js';
 import { type JsonError, type PathStep, rewriteJsonStrings } from './json.js';
 import { type Finder, redactText } from './patterns.js';
 

@@ -15,7 +15,7 @@
  */
 import { type Data, Field, makeData, type RecordBatch, Utf8 } from 'apache-arrow';
 import type { BlobBody, BlobDestination, ColumnSpec, ParquetPlan, Unit, UnitGuard } from 'hypsink/plugin';
-import { engineBatch, footerBytes, HypsinkError, type ParquetFooter, parquetBody, parseParquetFooter } from 'hypsink/plugin';
+import { engineBatch, footerBytes, HypsinkError, isValid, type ParquetFooter, parquetBody, parseParquetFooter, takeBatch } from 'hypsink/plugin';
 import type { DataFile } from './avro.js';
 import { type IcebergSchema, type IcebergType, SOURCE_FIELD, SOURCE_FIELD_ID } from './schema.js';
 
@@ -66,8 +66,6 @@ class FileStats {
     this.columns = Array.from({ length: n }, () => new ColumnStats());
   }
 }
-
-const isValid = (d: Data, i: number): boolean => d.nullCount === 0 || d.nullBitmap === undefined || ((d.nullBitmap[(d.offset + i) >> 3]! >> ((d.offset + i) & 7)) & 1) === 1;
 
 export function compareBytes(a: Uint8Array, b: Uint8Array): number {
   const n = Math.min(a.length, b.length);
@@ -312,17 +310,37 @@ async function* pass(
       yield shape.convert(b);
       continue;
     }
-    // Runs of the wanted day's rows, as slices (the whole batch when it is all that day's).
-    let start = -1;
-    for (let i = 0; i <= days.length; i++) {
-      const mine = i < days.length && days[i] === want;
-      if (mine && start < 0) start = i;
-      if (!mine && start >= 0) {
-        yield shape.convert(start === 0 && i === days.length ? b : b.slice(start, i));
-        start = -1;
-      }
-    }
+    // No day wanted: a pass that only counts.
+    const mine = want === undefined ? null : rowsOfDay(b, days, want);
+    if (mine) yield shape.convert(mine);
   }
+}
+
+/**
+ * The rows of day `want` in `b` (its rows' days are `days`), as one batch: `b`
+ * itself when every row is that day's, a slice (no copy) when they are one
+ * run, else gathered (a copy); null when it has none. One batch per batch
+ * read, however the days interleave: a unit across midnight whose rows are
+ * out of time order made a batch of each run, a row or two, and a 100k-row
+ * export took 30 times as long. @ref LLP 0108
+ */
+export function rowsOfDay(b: RecordBatch, days: readonly Day[], want: Day): RecordBatch | null {
+  let count = 0;
+  let first = -1;
+  let last = -1;
+  for (let i = 0; i < days.length; i++) {
+    if (days[i] !== want) continue;
+    count++;
+    if (first < 0) first = i;
+    last = i;
+  }
+  if (count === 0) return null;
+  if (count === days.length) return b;
+  if (last - first + 1 === count) return b.slice(first, last + 1);
+  const keep = new Int32Array(count);
+  let k = 0;
+  for (let i = first; i <= last; i++) if (days[i] === want) keep[k++] = i;
+  return takeBatch(b, keep);
 }
 
 /** How a data file is written: the table's schema in its metadata, its columns' encodings, its codec and row groups. */
