@@ -1,8 +1,9 @@
 /**
  * Rows of an Arrow batch, for a plugin or transform that keeps some of them:
- * a row's validity, a Utf8 column's cells where they lie, and the rows at
- * given indexes gathered into a new batch. Covers every Arrow type a cache
- * column reads as (Int64, Float64, Bool, Utf8, Timestamp).
+ * a row's validity, a Utf8 column's cells where they lie, the rows at given
+ * indexes gathered into a new batch, and the rows of one key (a day, a time
+ * bucket) as one batch. Covers every Arrow type a cache column reads as
+ * (Int64, Float64, Bool, Utf8, Timestamp).
  * @ref LLP 0046: Arrow buffers for transforms
  * @ref LLP 0108: an Iceberg day's rows gathered into one batch
  */
@@ -82,4 +83,31 @@ export function takeRows(d: Data, keep: Int32Array): Data {
 export function takeBatch(b: RecordBatch, keep: Int32Array): RecordBatch {
   const children = b.data.children.map((c) => takeRows(c, keep));
   return new RecordBatch(b.schema, makeData({ type: new Struct(b.schema.fields), length: keep.length, nullCount: 0, children }));
+}
+
+/**
+ * The rows of `b` whose key is `want` (`keys[i]` is row i's: its day, its
+ * time bucket), as one batch: `b` itself when every row's is, a slice (no
+ * copy) when they are one run, else gathered (a copy); null when none is.
+ * One batch per batch, however the keys interleave: a writer that split a
+ * unit by day yielded a slice per run, and rows out of time order across
+ * midnight made runs of a row or two, each a batch to encode. @ref LLP 0108
+ */
+export function rowsWithKey<K>(b: RecordBatch, keys: ArrayLike<K>, want: K): RecordBatch | null {
+  let count = 0;
+  let first = -1;
+  let last = -1;
+  for (let i = 0; i < keys.length; i++) {
+    if (keys[i] !== want) continue;
+    count++;
+    if (first < 0) first = i;
+    last = i;
+  }
+  if (count === 0) return null;
+  if (count === keys.length) return b;
+  if (last - first + 1 === count) return b.slice(first, last + 1);
+  const keep = new Int32Array(count);
+  let k = 0;
+  for (let i = first; i <= last; i++) if (keys[i] === want) keep[k++] = i;
+  return takeBatch(b, keep);
 }

@@ -17,6 +17,7 @@
  * @ref LLP 0069: types engines read right
  */
 import type { RecordBatch } from 'apache-arrow';
+import { rowsWithKey } from '../../types/arrow-rows.js';
 import { unitConflict } from '../../types/content.js';
 import { HypsinkError, isHypsinkError } from '../../types/errors.js';
 import type { Row } from '../../types/schema.js';
@@ -354,16 +355,9 @@ function bucketView(unit: Unit, col: string, grain: TimeGrain, want: Bucket, exp
     for await (const b of unit.batches()) {
       const buckets = batchBuckets(b, col, grain);
       for (const x of buckets) seen(x, all);
-      // Runs of this bucket's rows, as slices of the batch (the whole batch when it is all this bucket's).
-      let start = -1;
-      for (let i = 0; i <= buckets.length; i++) {
-        const mine = i < buckets.length && buckets[i] === want;
-        if (mine && start < 0) start = i;
-        if (!mine && start >= 0) {
-          yield start === 0 && i === buckets.length ? b : b.slice(start, i);
-          start = -1;
-        }
-      }
+      // This bucket's rows as one batch, however the buckets interleave. @ref LLP 0108
+      const mine = rowsWithKey(b, buckets, want);
+      if (mine) yield mine;
     }
     learned = all;
   }

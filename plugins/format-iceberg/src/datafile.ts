@@ -15,7 +15,7 @@
  */
 import { type Data, Field, makeData, type RecordBatch, Utf8 } from 'apache-arrow';
 import type { BlobBody, BlobDestination, ColumnSpec, ParquetPlan, Unit, UnitGuard } from 'hypsink/plugin';
-import { engineBatch, footerBytes, HypsinkError, isValid, type ParquetFooter, parquetBody, parseParquetFooter, takeBatch } from 'hypsink/plugin';
+import { engineBatch, footerBytes, HypsinkError, isValid, type ParquetFooter, parquetBody, parseParquetFooter, rowsWithKey } from 'hypsink/plugin';
 import type { DataFile } from './avro.js';
 import { type IcebergSchema, type IcebergType, SOURCE_FIELD, SOURCE_FIELD_ID } from './schema.js';
 
@@ -310,37 +310,10 @@ async function* pass(
       yield shape.convert(b);
       continue;
     }
-    // No day wanted: a pass that only counts.
-    const mine = want === undefined ? null : rowsOfDay(b, days, want);
+    // The day's rows as one batch, however the days interleave (no day wanted: a pass that only counts). @ref LLP 0108
+    const mine = want === undefined ? null : rowsWithKey(b, days, want);
     if (mine) yield shape.convert(mine);
   }
-}
-
-/**
- * The rows of day `want` in `b` (its rows' days are `days`), as one batch: `b`
- * itself when every row is that day's, a slice (no copy) when they are one
- * run, else gathered (a copy); null when it has none. One batch per batch
- * read, however the days interleave: a unit across midnight whose rows are
- * out of time order made a batch of each run, a row or two, and a 100k-row
- * export took 30 times as long. @ref LLP 0108
- */
-export function rowsOfDay(b: RecordBatch, days: readonly Day[], want: Day): RecordBatch | null {
-  let count = 0;
-  let first = -1;
-  let last = -1;
-  for (let i = 0; i < days.length; i++) {
-    if (days[i] !== want) continue;
-    count++;
-    if (first < 0) first = i;
-    last = i;
-  }
-  if (count === 0) return null;
-  if (count === days.length) return b;
-  if (last - first + 1 === count) return b.slice(first, last + 1);
-  const keep = new Int32Array(count);
-  let k = 0;
-  for (let i = first; i <= last; i++) if (days[i] === want) keep[k++] = i;
-  return takeBatch(b, keep);
 }
 
 /** How a data file is written: the table's schema in its metadata, its columns' encodings, its codec and row groups. */
