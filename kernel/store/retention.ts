@@ -9,6 +9,7 @@
  * @ref LLP 0019: gaps are counted against every watermark on disk
  */
 import { type RecordBatch, Table } from 'apache-arrow';
+import { rowsWithKey } from '../../types/arrow-rows.js';
 import type { DatasetSchema } from '../../types/schema.js';
 import type { PartitionRef } from '../../types/storage.js';
 import { SEQ_COLUMN } from './columns.js';
@@ -191,14 +192,10 @@ async function rewriteFile(
   try {
     for (let g = 0; g < reader.numRowGroups; g++) {
       for (const b of await reader.readRowGroup(g)) {
-        // Kept rows form runs; slice each run rather than copying row by row.
-        let i = 0;
-        while (i < b.numRows) {
-          while (i < b.numRows && mask[offset + i]) i++;
-          const start = i;
-          while (i < b.numRows && !mask[offset + i]) i++;
-          if (i > start) kept.push(b.slice(start, i));
-        }
+        // The kept rows as one batch (a slice when they are one run), however they interleave with
+        // the pruned: rows out of time order at the age cutoff made a slice of a row or two each. @ref LLP 0108
+        const rows = rowsWithKey(b, mask.subarray(offset, offset + b.numRows), 0);
+        if (rows) kept.push(rows);
         offset += b.numRows;
       }
     }

@@ -94,6 +94,27 @@ describe('retention', () => {
     assert.equal(again!.prunedRows, 0);
   });
 
+  test('age: rows old and new interleaved row by row (out of time order at the cutoff): the new ones kept, in seq order, their values whole', async () => {
+    const root = tempDir();
+    const cache = await openCache(root);
+    // One frame, one file: ids 0..39, every third one old.
+    const mixed = rows('web', 0, 40, NOW).map((r, i) => (i % 3 === 1 ? rows('web', i, 1, OLD - i * 1000)[0]! : r));
+    await cache.appendRows(S1, COLS, mixed);
+    await cache.flushTable(S1);
+    const [res] = await cache.retention({ maxAgeMs: YEAR, now: NOW + YEAR / 2 });
+    const kept = Array.from({ length: 40 }, (_, i) => i).filter((i) => i % 3 !== 1);
+    assert.equal(res!.prunedRows, 40 - kept.length);
+    assert.deepEqual(
+      (await seqsOf(cache, 'web')).map((r) => r.id),
+      kept,
+    );
+    const read = await collect(cache.storage.readRowsSince(cache.partition('events', 'web')));
+    assert.deepEqual(
+      read.map((r) => r.row.msg),
+      kept.map((i) => `m${i}`),
+    );
+  });
+
   test('ack-coupled: rows above the floor stay unless the hard cap forces them, recorded as seq ranges', async () => {
     const root = tempDir();
     const cache = await threeFiles(root);

@@ -243,18 +243,25 @@ class BatchShape {
     this.sourceBytes = encoder.encode(source);
   }
 
-  convert(b: RecordBatch): RecordBatch {
-    const n = b.numRows;
+  /** The `source` column of the longest batch so far: a shorter batch's is a slice of it, not a new copy a batch. */
+  private source: Data<Utf8> | undefined;
+
+  private sourceOf(n: number): Data<Utf8> {
+    if (this.source && this.source.length >= n) return n === this.source.length ? this.source : this.source.slice(0, n);
     const src = this.sourceBytes;
     const values = new Uint8Array(src.length * n);
     const offsets = new Int32Array(n + 1);
-    for (let i = 0; i < n; i++) {
-      values.set(src, i * src.length);
-      offsets[i + 1] = (i + 1) * src.length;
-    }
-    const source = makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets: offsets, data: values });
+    if (n > 0) values.set(src, 0);
+    // The value n times over, by doubling copies.
+    for (let filled = src.length; filled < values.length; filled *= 2) values.copyWithin(filled, 0, Math.min(filled, values.length - filled));
+    for (let i = 0; i < n; i++) offsets[i + 1] = (i + 1) * src.length;
+    this.source = makeData({ type: new Utf8(), length: n, nullCount: 0, valueOffsets: offsets, data: values });
+    return this.source;
+  }
+
+  convert(b: RecordBatch): RecordBatch {
     return engineBatch(b, this.plan.columns, {
-      leading: [{ field: this.sourceField, data: source }],
+      leading: [{ field: this.sourceField, data: this.sourceOf(b.numRows) }],
       nullable: (_, j) => !this.required[j],
       metadata: (_, j) => this.meta[j],
     });
