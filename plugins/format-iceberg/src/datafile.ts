@@ -195,16 +195,25 @@ function boundBytes(type: IcebergType, v: bigint | number | boolean | Uint8Array
   }
 }
 
+/** A row without a timestamp in `daysOf`'s output: no day of a JS date is this far from 1970. */
+const NO_DAY = -0x80000000;
+
+/** A day of `daysOf`'s output as the partition's value. */
+const dayOf = (k: number): Day => (k === NO_DAY ? null : k);
+
 /**
  * The day of each row (`day(timestampColumn)`), from the column's milliseconds,
  * read by their 32-bit halves: a BigInt made per row cost more than the rest
  * of the pass's day work (exact for |ms| < 2^53, beyond any date). @ref LLP 0095
+ * Typed, NO_DAY for a null: an array of numbers and nulls cost 4 ms per 100k
+ * rows, a tenth of what the Iceberg export adds to a Parquet one. @ref LLP 0108
  */
-function daysOf(d: Data, length: number): Day[] {
-  const out: Day[] = new Array(length);
+function daysOf(d: Data, length: number): Int32Array {
+  const out = new Int32Array(length);
   const values = d.values as BigInt64Array;
   const h = new Int32Array(values.buffer, values.byteOffset, values.length * 2);
-  for (let i = 0; i < length; i++) out[i] = isValid(d, i) ? Math.floor((h[2 * i + 1]! * 4294967296 + (h[2 * i]! >>> 0)) / DAY_MS) : null;
+  const all = d.nullCount === 0;
+  for (let i = 0; i < length; i++) out[i] = all || isValid(d, i) ? Math.floor((h[2 * i + 1]! * 4294967296 + (h[2 * i]! >>> 0)) / DAY_MS) : NO_DAY;
   return out;
 }
 
@@ -308,7 +317,7 @@ async function* pass(
         let start = 0;
         for (let i = 1; i <= days.length; i++) {
           if (i < days.length && days[i] === days[start]) continue;
-          count(days[start]!, start, i);
+          count(dayOf(days[start]!), start, i);
           start = i;
         }
       }
@@ -318,7 +327,7 @@ async function* pass(
       continue;
     }
     // The day's rows as one batch, however the days interleave (no day wanted: a pass that only counts). @ref LLP 0108
-    const mine = want === undefined ? null : rowsWithKey(b, days, want);
+    const mine = want === undefined ? null : rowsWithKey(b, days, want === null ? NO_DAY : want);
     if (mine) yield shape.convert(mine);
   }
 }
@@ -407,7 +416,7 @@ export async function writeDataFiles(
     try {
       const head = await firstBatch(read);
       if (head === undefined) throw new HypsinkError('HYPSINK_ERR_INVARIANT', `sink "${unit.sink}": unit ${unit.id} has no rows to write; nothing of it was advanced`);
-      first = daysOf(columnsOf(head, [plan.columns.find((c) => c.name === plan.dayColumn)!])[0]!, 1)[0] as Day;
+      first = dayOf(daysOf(columnsOf(head, [plan.columns.find((c) => c.name === plan.dayColumn)!])[0]!, 1)[0]!);
       results.push({ ...(await put(first, resumed(head, read))), day: first });
     } finally {
       // The file was there already (its body not read), or the put failed: the read ends here.
