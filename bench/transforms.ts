@@ -11,7 +11,8 @@ import { Table, tableToIPC } from 'apache-arrow';
 import * as pw from 'parquet-wasm/node';
 import { NdjsonWriter } from '../kernel/sinks/ndjson.js';
 import { buildColumn } from '../kernel/store/columns.js';
-import { batchOf, schemaOf } from '../kernel/transform/arrow.js';
+import { schemaOf } from '../kernel/transform/arrow.js';
+import { batchOf } from '../types/arrow-rows.js';
 import { buildTransforms } from '../kernel/transform/index.js';
 import type { ColumnSpec } from '../types/schema.js';
 

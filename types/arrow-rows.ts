@@ -7,7 +7,7 @@
  * @ref LLP 0046: Arrow buffers for transforms
  * @ref LLP 0108: an Iceberg day's rows gathered into one batch
  */
-import { type Data, DataType, makeData, RecordBatch, Struct, type Utf8 } from 'apache-arrow';
+import { type Data, DataType, makeData, RecordBatch, type Schema, Struct, type Utf8 } from 'apache-arrow';
 
 /** Whether row `i` of `d` holds a value. */
 export function isValid(d: Data, i: number): boolean {
@@ -79,10 +79,14 @@ export function takeRows(d: Data, keep: Int32Array): Data {
   throw new Error(`cannot keep rows of an Arrow ${String(type)} column`);
 }
 
+/** A batch of `schema` from its columns' Data, all of `length` rows. */
+export function batchOf(schema: Schema, children: readonly Data[], length: number): RecordBatch {
+  return new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length, nullCount: 0, children: children as Data[] }));
+}
+
 /** The rows `keep` (ascending indexes) of `b`, every column, as one new batch of the same schema. */
 export function takeBatch(b: RecordBatch, keep: Int32Array): RecordBatch {
-  const children = b.data.children.map((c) => takeRows(c, keep));
-  return new RecordBatch(b.schema, makeData({ type: new Struct(b.schema.fields), length: keep.length, nullCount: 0, children }));
+  return batchOf(b.schema, b.data.children.map((c) => takeRows(c, keep)), keep.length);
 }
 
 /**

@@ -26,7 +26,8 @@ import { PluginHost } from '../plugins/host.js';
 import { sinkTransforms } from '../sinks/build.js';
 import { decodeFrameLine, frameBatches } from '../spool/frames.js';
 import { toRowValue } from '../store/columns.js';
-import { batchOf, schemaOf } from '../transform/arrow.js';
+import { batchOf } from '../../types/arrow-rows.js';
+import { schemaOf } from '../transform/arrow.js';
 import { type BoundChain, canonicalJson } from '../transform/index.js';
 
 /** The key of a refused row's entry in an expected file: `_hyp_` names are never a column, so never an output row's. */

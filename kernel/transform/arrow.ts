@@ -7,7 +7,7 @@
  * plugins share.
  * @ref LLP 0046
  */
-import { type Data, Field, makeData, RecordBatch, Schema, Struct, Utf8 } from 'apache-arrow';
+import { type Data, Field, makeData, type RecordBatch, Schema, Utf8 } from 'apache-arrow';
 import { isValid, takeBatch, utf8Cells } from '../../types/arrow-rows.js';
 import type { ColumnSpec } from '../../types/schema.js';
 import { arrowType } from '../store/columns.js';
@@ -15,12 +15,6 @@ import { arrowType } from '../store/columns.js';
 /** The Arrow schema of a transform's output: one nullable field per column, as `userSchema`. */
 export function schemaOf(columns: readonly ColumnSpec[]): Schema {
   return new Schema(columns.map((c) => new Field(c.name, arrowType(c.type), true)));
-}
-
-/** A batch of `schema` from its columns' Data, all of `length` rows. */
-export function batchOf(schema: Schema, children: readonly Data[], length: number): RecordBatch {
-  const data = makeData({ type: new Struct(schema.fields), length, nullCount: 0, children: children as Data[] });
-  return new RecordBatch(schema, data);
 }
 
 /** The validity of `d` as a bitmap starting at row 0 (a view when it is byte-aligned), or none without nulls. */

@@ -17,7 +17,8 @@ import type { BoundTransform, RowRefusal, Transform, TransformFactory, Transform
 import { didYouMean, UNKNOWN_KEY_HINT, unknownOptions } from '../config/keys.js';
 import { interpolate } from '../config/load.js';
 import { arrowType } from '../store/columns.js';
-import { batchOf, schemaOf } from './arrow.js';
+import { batchOf } from '../../types/arrow-rows.js';
+import { schemaOf } from './arrow.js';
 import { type HashConfig, parseSteps, type RedactConfig, type StepConfig } from './config.js';
 import { bindHash } from './hash.js';
 import { parseJsonPath } from './json.js';

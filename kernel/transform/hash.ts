@@ -9,8 +9,8 @@
 import { type Data, makeData, type RecordBatch, Utf8 } from 'apache-arrow';
 import type { ColumnSpec } from '../../types/schema.js';
 import type { BoundTransform, TransformOutput } from '../../types/transforms.js';
-import { isValid, utf8Cells } from '../../types/arrow-rows.js';
-import { batchOf, schemaOf, validityAt0 } from './arrow.js';
+import { batchOf, isValid, utf8Cells } from '../../types/arrow-rows.js';
+import { schemaOf, validityAt0 } from './arrow.js';
 import type { HmacSha256 } from './sha256.js';
 
 const HEX_LENGTH = 64;

@@ -11,8 +11,8 @@ import { isUtf8 } from 'node:buffer';
 import type { Data, RecordBatch } from 'apache-arrow';
 import type { ColumnSpec } from '../../types/schema.js';
 import type { BoundTransform, RowRefusal, TransformOutput } from '../../types/transforms.js';
-import { isValid, utf8Cells } from '../../types/arrow-rows.js';
-import { batchOf, replaceCells, schemaOf, withoutRows } from './arrow.js';
+import { batchOf, isValid, utf8Cells } from '../../types/arrow-rows.js';
+import { replaceCells, schemaOf, withoutRows } from './arrow.js';
 import { type JsonError, type PathStep, rewriteJsonStrings } from './json.js';
 import { type Finder, redactText } from './patterns.js';
 

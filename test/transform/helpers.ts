@@ -6,7 +6,8 @@
 import { type RecordBatch, Table, tableToIPC } from 'apache-arrow';
 import type { ColumnSpec, Row } from '../../types/schema.js';
 import { buildColumn, toRowValue } from '../../kernel/store/columns.js';
-import { batchOf, schemaOf } from '../../kernel/transform/arrow.js';
+import { schemaOf } from '../../kernel/transform/arrow.js';
+import { batchOf } from '../../types/arrow-rows.js';
 import { buildTransforms, type TransformChain, type TransformChainContext } from '../../kernel/transform/index.js';
 
 export const col = (name: string, type: ColumnSpec['type'], nullable = true): ColumnSpec => ({ name, type, nullable });
