@@ -26,7 +26,7 @@ import { arrowType, buildColumn, ROW_ID_COLUMN, SEQ_COLUMN, toRowValue } from '.
 import { conformWithRowIds } from './legacy-ids.js';
 import { effSeq, type FileEntry, manifestHighWater, manifestRows } from './manifest.js';
 import { ParquetReader } from './parquet.js';
-import { RowIdPages } from './row-id-pages.js';
+import { IdPagesAhead, type RowIdPages } from './row-id-pages.js';
 import type { PartitionStore, Snapshot } from './partition.js';
 
 export interface ReaderHost {
@@ -137,6 +137,14 @@ function contiguous(rg: FileEntry['rowGroups'][number], b: { lo: bigint; hi: big
   const start = at(b.lo);
   const end = at(b.hi);
   return end > start ? [start, end] : null;
+}
+
+const groupRows = (f: FileEntry): number[] => f.rowGroups.map((x) => x.rows);
+
+/** Open a digest's next file ahead, with the read of its first group's ids when they are read from pages. */
+function openAhead(pages: IdPagesAhead, path: string, f: FileEntry, b: { lo: bigint; hi: bigint }): void {
+  const first = f.rowGroups.findIndex((rg) => overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi));
+  if (first >= 0 && contiguous(f.rowGroups[first]!, b)) pages.open(path, groupRows(f), f.chunks, first);
 }
 
 /** Seqs minSeq + start ... minSeq + end - 1 of a contiguous group, written by their 32-bit halves (no BigInt per row). */
@@ -299,15 +307,23 @@ export class CacheStorage implements StorageService {
       const b = bounds(opts, snap);
       if (!b) return;
       let prev = NO_SINCE;
-      for (const f of snap.manifest.files) {
-        if (!overlaps(f.minSeq, f.maxSeq, b.lo, b.hi)) continue;
-        yield* this.scanFile(`${snap.dir}/${f.name}`, f, b, cols, reuse, withIds, store.ref, (first, last) => {
-          // Paired assertion: rows come out in seq order (legacy rows share 0).
-          if (first < prev || (first === prev && first !== 0n)) {
-            throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${store.dir}/${f.name}: seq ${first} read after ${prev}`);
-          }
-          prev = last;
-        });
+      const files = snap.manifest.files.filter((f) => overlaps(f.minSeq, f.maxSeq, b.lo, b.hi));
+      // A digest's read (the ids and seqs, no column) opens its files' id pages one file ahead. @ref LLP 0109
+      const pages = withIds && cols.length === 0 ? new IdPagesAhead(this.counters) : null;
+      try {
+        for (const [i, f] of files.entries()) {
+          const next = files[i + 1];
+          const ahead = pages && next ? () => openAhead(pages, `${snap.dir}/${next.name}`, next, b) : undefined;
+          yield* this.scanFile(`${snap.dir}/${f.name}`, f, b, cols, reuse, withIds, store.ref, pages, ahead, (first, last) => {
+            // Paired assertion: rows come out in seq order (legacy rows share 0).
+            if (first < prev || (first === prev && first !== 0n)) {
+              throw new HypsinkError('HYPSINK_ERR_INVARIANT', `${store.dir}/${f.name}: seq ${first} read after ${prev}`);
+            }
+            prev = last;
+          });
+        }
+      } finally {
+        pages?.close();
       }
     } finally {
       await snap.release();
@@ -322,6 +338,9 @@ export class CacheStorage implements StorageService {
     reuse: boolean,
     withIds: boolean,
     p: PartitionRef,
+    /** A digest's read: its id pages, and the next file's opening, started once this file's are read. */
+    idPages: IdPagesAhead | null,
+    ahead: (() => void) | undefined,
     order: (first: bigint, last: bigint) => void,
   ): AsyncIterable<{ batch: RecordBatch; seqs: BigInt64Array; ids?: Data<Utf8> }> {
     const groups = f.rowGroups.flatMap((rg, i) => (overlaps(rg.minSeq, rg.maxSeq, b.lo, b.hi) ? [i] : []));
@@ -332,13 +351,15 @@ export class CacheStorage implements StorageService {
     // A digest's read (the ids and seqs, no column): the ids from their pages, where they read so. @ref LLP 0098
     let pages: Promise<RowIdPages | null> | undefined;
     try {
-      const digestOnly = withIds && cols.length === 0;
       for (let i = 0; i < groups.length; i++) {
         const g = groups[i]!;
         const rg = f.rowGroups[g]!;
-        const seqs = digestOnly ? contiguous(rg, b) : null;
-        if (seqs) {
-          pages ??= RowIdPages.open(path, f.rowGroups.map((x) => x.rows), this.counters, f.chunks);
+        const seqs = idPages ? contiguous(rg, b) : null;
+        if (idPages && seqs) {
+          if (!pages) {
+            pages = idPages.take(path, groupRows(f), f.chunks);
+            ahead?.();
+          }
           const next = groups[i + 1];
           const ids = await (await pages)?.ids(g, next !== undefined && contiguous(f.rowGroups[next]!, b) ? next : undefined);
           if (ids) {

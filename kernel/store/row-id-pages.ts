@@ -238,11 +238,16 @@ export class RowIdPages {
    */
   async ids(g: number, next?: number): Promise<Uint8Array | null> {
     const bytes = this.read(g);
-    if (next !== undefined) this.read(next);
+    if (next !== undefined) this.prefetch(next);
     this.ahead.delete(g);
     const chunk = await bytes;
     const c = this.chunks[g]!;
     return chunk && chunkIds(chunk, c.values, this.optional);
+  }
+
+  /** Start reading group `g`'s chunk, for an `ids(g)` to come. */
+  prefetch(g: number): void {
+    void this.read(g);
   }
 
   private readonly ahead = new Map<number, Promise<Uint8Array | null>>();
@@ -281,4 +286,40 @@ async function readAt(fh: fsp.FileHandle, at: number, n: number, counters: ReadC
   }
   counters.bytesRead += n;
   return buf;
+}
+
+/**
+ * A digest's id pages, one file ahead: the next file is opened (its footer
+ * read, its first group's chunk read) while this one's ids are hashed. Opened
+ * one by one, each file's open and first read were idle time of the kernel's
+ * thread. Each file's pages are taken once and closed by the one that took
+ * them; `close` closes those opened ahead and never taken (a read that
+ * stopped early).
+ * @ref LLP 0109: a digest opens its next file while it hashes this one
+ */
+export class IdPagesAhead {
+  private readonly opened = new Map<string, Promise<RowIdPages | null>>();
+
+  constructor(private readonly counters: ReadCounters) {}
+
+  /** Open `path` now (once), and start reading group `first`'s ids when given. */
+  open(path: string, rowsPerGroup: readonly number[], checks: readonly ChunkCheck[] | undefined, first?: number): void {
+    if (this.opened.has(path)) return;
+    const pages = RowIdPages.open(path, rowsPerGroup, this.counters, checks);
+    if (first !== undefined) void pages.then((p) => p?.prefetch(first));
+    this.opened.set(path, pages);
+  }
+
+  /** `path`'s pages, opened ahead or now: the caller closes them. */
+  take(path: string, rowsPerGroup: readonly number[], checks: readonly ChunkCheck[] | undefined): Promise<RowIdPages | null> {
+    this.open(path, rowsPerGroup, checks);
+    const pages = this.opened.get(path)!;
+    this.opened.delete(path);
+    return pages;
+  }
+
+  close(): void {
+    for (const pages of this.opened.values()) void pages.then((p) => p?.close());
+    this.opened.clear();
+  }
 }

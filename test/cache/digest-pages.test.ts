@@ -91,6 +91,47 @@ test("a digest read from the ids' pages is the spec's, for ranges inside, on the
   }
 });
 
+/** This process's open descriptors of files under `dir` (Linux: /proc/self/fd). */
+async function openUnder(dir: string): Promise<number> {
+  let n = 0;
+  for (const fd of await fsp.readdir('/proc/self/fd')) {
+    const target = await fsp.readlink(join('/proc/self/fd', fd)).catch(() => '');
+    if (target.startsWith(dir)) n += 1;
+  }
+  return n;
+}
+
+test("a digest's read opens the next file while it reads this one, and closes what it opened ahead when stopped early", async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'hypsink-digest-ahead-'));
+  const config = await writeConfig(dir, { ...sampleConfig(), sinks: {} });
+  const { k } = await openKernel(config);
+  try {
+    // Three ingests, three files of one row group each.
+    for (let i = 0; i < 3; i++) await ingestText(k, 'web', eventLines(1 + i * 1_000, 1_000));
+    const p = (await k.cache.storage.listPartitions('events'))[0]!;
+    const cache = join(dir, '.hypsink/cache');
+    const counters = k.cache.storage.counters;
+    const opened = counters.filesOpened;
+    const scan = k.cache.storage.scan(k.cache.store(p), undefined, [], false, true)[Symbol.asyncIterator]();
+    const first = await scan.next();
+    assert.equal(first.done, false);
+    assert.equal(first.value.seqs.length, 1_000);
+    // The second file was opened (its footer read) while the first one's ids were read and handed out.
+    for (let i = 0; i < 100 && counters.filesOpened - opened < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(counters.filesOpened - opened, 2, 'the next file opened ahead');
+    // Stopped after the first file: the second, opened ahead and never read, is closed too.
+    await scan.return?.();
+    let left = await openUnder(cache);
+    for (let i = 0; i < 100 && left > 0; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      left = await openUnder(cache);
+    }
+    assert.equal(left, 0, 'no cache file left open');
+  } finally {
+    await k.close();
+  }
+});
+
 /** A file of `ids` (and seqs 1..n) as the cache writes one, or with the writer's properties changed. */
 function fileOf(ids: (string | null)[], props?: (b: pw.WriterPropertiesBuilder) => pw.WriterPropertiesBuilder): Uint8Array {
   const table = new Table({ [SEQ]: vectorFromArray(ids.map((_, i) => BigInt(i + 1)), new Int64()), [ROW_ID]: vectorFromArray(ids, new Utf8()) });
