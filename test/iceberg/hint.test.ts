@@ -229,6 +229,46 @@ test('local-fs: a hint write that lands after another writer committed and hinte
   await fsp.access(join(md, `v${v + 1}.metadata.json`));
 });
 
+/** `inner` with its reads of metadata versions counted, by key. */
+function countedGets(inner: BlobDestination, gets: string[]): BlobDestination {
+  return {
+    ...inner,
+    putIfAbsent: inner.putIfAbsent.bind(inner),
+    describe: inner.describe.bind(inner),
+    close: inner.close.bind(inner),
+    locate: inner.locate!.bind(inner),
+    list: inner.list!.bind(inner),
+    remove: inner.remove!.bind(inner),
+    replace: inner.replace!.bind(inner),
+    get(key, opts) {
+      gets.push(key.slice(key.lastIndexOf('/') + 1));
+      return inner.get!(key, opts);
+    },
+  };
+}
+
+test('local-fs: a hint pointed at the version just committed looks for a newer one once, after writing; behind two newer ones it ends on the newest', async () => {
+  const lake = join(tempDir('hypsink-ice-hint-look-'), 'lake');
+  const b = await writer({ lake });
+  await ingestAndExport(b, 'web', 1, 10);
+  await ingestAndExport(b, 'web', 11, 10);
+  await ingestAndExport(b, 'web', 21, 10);
+  const md = join(lake, 'events', 'metadata');
+  const v = newestVersion(md);
+  const log = { debug() {}, info() {}, warn() {}, error() {}, child: () => log } as unknown as ConstructorParameters<typeof TableStore>[3];
+  const gets: string[] = [];
+  const store = new TableStore('events', countedGets(localFs(lake), gets), 'lake', log);
+  // The newest version: written, then one look for the next (before, a look came first too).
+  assert.equal(await store.hint(v, new AbortController().signal), v);
+  assert.deepEqual(gets, [`v${v + 1}.metadata.json`]);
+  assert.equal(readFileSync(join(md, 'version-hint.text'), 'utf8').trim(), String(v));
+  // Pointed two versions behind (a late writer): it ends on the newest, and the hint says so.
+  gets.length = 0;
+  assert.equal(await store.hint(v - 2, new AbortController().signal), v);
+  assert.equal(readFileSync(join(md, 'version-hint.text'), 'utf8').trim(), String(v));
+  assert.deepEqual(gets, [`v${v - 1}.metadata.json`, `v${v}.metadata.json`, `v${v + 1}.metadata.json`, `v${v + 1}.metadata.json`]);
+});
+
 test('local-fs: expiry removes nothing the version the hint names still reaches, when an older writer\'s late hint lands right after expiry\'s own', async () => {
   const lake = join(tempDir('hypsink-ice-hint-late-'), 'lake');
   const a = await writer({ lake });

@@ -262,14 +262,19 @@ class IcebergWriter {
   /** The head once the table exists and its schema takes the unit's columns (created or evolved here if need be). */
   private async settle(store: TableStore, unit: Unit, want: UnitMark, locate: (k: string) => string): Promise<Head> {
     const table = this.tableOf(unit.partition.dataset);
+    /** The first version this writer just made: the head without reading it back. */
+    let made: Head | null = null;
     for (let attempt = 0; ; attempt++) {
-      const head = await store.head(unit.signal);
+      const head = made ?? (await store.head(unit.signal));
+      made = null;
       if (head === null) {
         const schema = firstSchema(unit.schema.columns);
         const ts = unit.schema.timestampColumn;
         const day = this.cfg.dayPartition && ts !== undefined && unit.schema.columns.some((c) => c.name === ts && c.type === 'TIMESTAMP') ? ts : undefined;
-        // Won or lost to another writer's first version: read it again either way.
-        await store.commit(1, newTable(locate(store.tableKey), schema, firstSpec(schema, day), Date.now()), unit.signal);
+        const first = newTable(locate(store.tableKey), schema, firstSpec(schema, day), Date.now());
+        // Lost to another writer's first version: read it. Won: a path table's head is what was written;
+        // a catalog names its file itself, so its head is read again. @ref LLP 0110
+        if ((await store.commit(1, first, unit.signal)) && !store.pointer) made = { version: 1, metadata: first };
         continue;
       }
       if (this.own(head, want, unit, store)) return head;

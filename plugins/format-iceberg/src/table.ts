@@ -298,22 +298,24 @@ export class TableStore {
   }
 
   /**
-   * Point the hint at `v`, or at the newest version when a newer one is there,
-   * and end on the newest: after writing, look again for `v+1`. A writer that
-   * committed `v+1` after our look may have written its hint before ours
-   * landed (S3 has no compare-and-swap for a replace), so ours would stand
-   * behind it; then the newest is written again. The last hint written is thus
-   * never behind a version whose writer finished its hint. Returns the version
-   * the hint was last pointed at.
-   * @ref LLP 0073
+   * Point the hint at `v` and end on the newest version: after writing, look
+   * for `v+1`. A writer that committed `v+1` after our commit may have written
+   * its hint before ours landed (S3 has no compare-and-swap for a replace), so
+   * ours would stand behind it; then the newest is written again. The last
+   * hint written is thus never behind a version whose writer finished its
+   * hint. `v` is the version just committed, or the head just read, so it is
+   * written without a look first: the look after covers a newer one (it cost
+   * each commit a read). Returns the version the hint was last pointed at.
+   * @ref LLP 0073, LLP 0110
    */
   async hint(v: number, signal: AbortSignal): Promise<number> {
     // A catalog table has no hint: the catalog is its pointer, and other writers through it never move a hint. @ref LLP 0077
     if (this.pointer) return v;
     for (;;) {
-      while (await this.exists(v + 1, signal)) v += 1;
       await this.destination.replace!(hintKey(this.tableKey), new TextEncoder().encode(`${v}\n`), { contentType: 'text/plain', signal });
       if (!(await this.exists(v + 1, signal))) return v;
+      v += 1;
+      while (await this.exists(v + 1, signal)) v += 1;
     }
   }
 

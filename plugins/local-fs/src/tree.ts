@@ -1,9 +1,10 @@
 /**
  * Walking local-fs's tree without following a link it did not make. Every
- * folder from the root down to a blob's folder is checked with `lstat`, one
- * level at a time, and created one level at a time (never `mkdir -p`, which
- * follows links): a symbolic link or anything but a folder at any level is a
- * refusal naming the path, never a write somewhere else.
+ * folder from the root down to a blob's folder is checked with `lstat`, the
+ * levels judged in order from the top (looked up together: LLP 0110), and
+ * created one level at a time (never `mkdir -p`, which follows links): a
+ * symbolic link or anything but a folder at any level is a refusal naming the
+ * path, never a write somewhere else.
  * The root's own path (the configured dir and its ancestors) is checked once
  * per destination: links there are refused unless `followRootLinks` says the
  * operator meant them.
@@ -35,6 +36,35 @@ export async function lstatOrNull(path: string): Promise<Stats | null> {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw e;
   }
+}
+
+/** The folders of `rel` under `root`, outermost first (split at `/` or the platform's separator, or at `split`). */
+function pathsUnder(root: string, rel: string, split: string | RegExp = /[\\/]/): string[] {
+  const out: string[] = [];
+  let cur = root;
+  for (const seg of rel.split(split)) {
+    if (seg === '' || seg === '.') continue;
+    cur = join(cur, seg);
+    out.push(cur);
+  }
+  return out;
+}
+
+/**
+ * `lstat` of every path at once, each awaited in order by the caller: a walk
+ * of N levels waits for about one round trip to the thread pool, not N (an
+ * Iceberg commit walks some twenty paths). Each level is still judged in
+ * order, as soon as its own answer is in, so the first missing or refused
+ * level decides as it did one at a time; what deeper levels answered is then
+ * never read, and a failure there is dropped.
+ * @ref LLP 0110
+ */
+function lstatEach(paths: readonly string[]): Promise<Stats | null>[] {
+  return paths.map((p) => {
+    const st = lstatOrNull(p);
+    st.catch(() => undefined); // read in order by the caller, or never once a level above decided
+    return st;
+  });
 }
 
 /** "(to X)" for a link, with "which does not exist" when it dangles. */
@@ -106,13 +136,18 @@ async function refuseUnlessFolder(sink: string, dir: string, st: Stats, inside: 
  * under `root`, checked and created level by level. Returns the deepest one.
  */
 export async function ensureFolders(sink: string, root: string, rel: string): Promise<string> {
-  let cur = root;
-  for (const seg of rel.split(/[\\/]/)) {
-    if (seg === '' || seg === '.') continue;
-    cur = join(cur, seg);
-    await realFolder(sink, cur, root);
+  const paths = pathsUnder(root, rel);
+  const found = lstatEach(paths);
+  for (const [i, cur] of paths.entries()) {
+    const st = await found[i]!;
+    if (st === null) {
+      // Missing from here down: made one level at a time.
+      for (const dir of paths.slice(i)) await realFolder(sink, dir, root);
+      break;
+    }
+    await refuseUnlessFolder(sink, cur, st, root);
   }
-  return cur;
+  return paths.at(-1) ?? root;
 }
 
 /**
@@ -123,11 +158,10 @@ export async function ensureFolders(sink: string, root: string, rel: string): Pr
  * @ref LLP 0063
  */
 export async function existingFolders(sink: string, root: string, rel: string): Promise<boolean> {
-  let cur = root;
-  for (const seg of rel.split(/[\\/]/)) {
-    if (seg === '' || seg === '.') continue;
-    cur = join(cur, seg);
-    const st = await lstatOrNull(cur);
+  const paths = pathsUnder(root, rel);
+  const found = lstatEach(paths);
+  for (const [i, cur] of paths.entries()) {
+    const st = await found[i]!;
     if (st === null) return false;
     await refuseUnlessFolder(sink, cur, st, root);
   }
@@ -141,10 +175,10 @@ export async function existingFolders(sink: string, root: string, rel: string): 
  */
 export async function rootPresent(sink: string, root: string, followLinks: boolean): Promise<boolean> {
   const top = parse(root).root;
-  let cur = top;
-  for (const seg of root.slice(top.length).split(sep).filter((s) => s !== '')) {
-    cur = join(cur, seg);
-    const st = await lstatOrNull(cur);
+  const paths = pathsUnder(top, root.slice(top.length), sep);
+  const found = lstatEach(paths);
+  for (const [i, cur] of paths.entries()) {
+    const st = await found[i]!;
     if (st === null) return false;
     await checkRootLevel(sink, root, cur, st, followLinks);
   }
