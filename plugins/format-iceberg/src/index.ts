@@ -348,70 +348,85 @@ class IcebergWriter {
       entries,
     });
     const manifestKey = `${table}/metadata/${randomUUID()}-m0.avro`;
-    await destination.putIfAbsent(manifestKey, once(manifest), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
-    fault('iceberg.afterManifest');
+    // Stored while the first attempt's list is made and stored: no version names either before the
+    // commit, which waits for both (each put is durable when it answers). @ref LLP 0110
+    const manifestPut = destination.putIfAbsent(manifestKey, once(manifest), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
+    manifestPut.catch(() => undefined); // awaited before the first list is stored; a failure then is this unit's
+    let manifestStored = false;
 
     const bytes = files.reduce((n, f) => n + f.file.fileSizeInBytes, 0);
     const rows = files.reduce((n, f) => n + f.file.recordCount, 0);
     const commitStarted = performance.now();
-    for (let attempt = 0; ; attempt++) {
-      if (attempt > 0) {
-        const h = await store.head(unit.signal);
-        if (h === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${unit.sink}": table ${destination.describe(table)} vanished while unit ${unit.id} was committed to it; export again`, { retryable: true });
-        head = h;
-        if (this.own(head, want, unit, store)) return this.duplicate(store, head, unit);
-        this.sameShape(head, plan, spec, unit);
-      }
-      const m = head.metadata;
-      const id = snapshotId();
-      const seq = m['last-sequence-number'] + 1;
-      const parent = currentSnapshot(m);
-      let carried: Pick<Merged, 'manifests' | 'read'>;
-      try {
-        const base = parent ? await this.manifestsOf(store, head, parent, unit.signal) : [];
-        // The parent's small manifests merged once enough have gathered: what a commit reads and writes stays bounded. @ref LLP 0072
-        carried = parent
-          ? await carryOver({ store, destination, rule: mergeRule(m, this.cfg), base, listLocation: parent['manifest-list'], schema: currentSchema(m), spec, fields, snapshotId: id, sequenceNumber: seq, signal: unit.signal })
-          : { manifests: [], read: 0 };
-      } catch (e) {
-        // A maintainer expired the parent's files after a newer commit: lost to that commit, re-based. @ref LLP 0078
-        if (!(await store.movedPast(e, head.version, unit.signal))) throw e;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        if (attempt > 0) {
+          const h = await store.head(unit.signal);
+          if (h === null) throw new HypsinkError('HYPSINK_ERR_DESTINATION', `sink "${unit.sink}": table ${destination.describe(table)} vanished while unit ${unit.id} was committed to it; export again`, { retryable: true });
+          head = h;
+          if (this.own(head, want, unit, store)) return this.duplicate(store, head, unit);
+          this.sameShape(head, plan, spec, unit);
+        }
+        const m = head.metadata;
+        const id = snapshotId();
+        const seq = m['last-sequence-number'] + 1;
+        const parent = currentSnapshot(m);
+        let carried: Pick<Merged, 'manifests' | 'read'>;
+        try {
+          const base = parent ? await this.manifestsOf(store, head, parent, unit.signal) : [];
+          // The parent's small manifests merged once enough have gathered: what a commit reads and writes stays bounded. @ref LLP 0072
+          carried = parent
+            ? await carryOver({ store, destination, rule: mergeRule(m, this.cfg), base, listLocation: parent['manifest-list'], schema: currentSchema(m), spec, fields, snapshotId: id, sequenceNumber: seq, signal: unit.signal })
+            : { manifests: [], read: 0 };
+        } catch (e) {
+          // A maintainer expired the parent's files after a newer commit: lost to that commit, re-based. @ref LLP 0078
+          if (!(await store.movedPast(e, head.version, unit.signal))) throw e;
+          if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
+          await store.backoff(attempt, unit.signal);
+          continue;
+        }
+        const mine = manifestFileOf({ manifestPath: locate(manifestKey), manifestLength: manifest.length, specId: spec['spec-id'], snapshotId: id, sequenceNumber: seq, partitionFields: fields, entries });
+        const list = encodeManifestList({ snapshotId: id, parentSnapshotId: parent ? parent['snapshot-id'] : null, sequenceNumber: seq, manifests: [...carried.manifests, mine] });
+        const listKey = `${table}/metadata/snap-${id}-${attempt + 1}-${randomUUID()}.avro`;
+        const listPut = destination.putIfAbsent(listKey, once(list), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
+        if (!manifestStored) {
+          listPut.catch(() => undefined); // awaited below, whatever the manifest's put answers
+          await manifestPut;
+          manifestStored = true;
+          fault('iceberg.afterManifest');
+        }
+        await listPut;
+        fault('iceberg.afterManifestList');
+        const now = Date.now();
+        const snapshot: Snapshot = {
+          'snapshot-id': id,
+          ...(parent ? { 'parent-snapshot-id': parent['snapshot-id'] } : {}),
+          'sequence-number': seq,
+          'timestamp-ms': now,
+          'manifest-list': locate(listKey),
+          summary: { operation: 'append', ...summaryOf(parent, { addedFiles: files.length, addedRows: rows, addedBytes: bytes, partitions: files.length }), [SUMMARY.writer]: want.writer, [SUMMARY.partition]: want.partition, [SUMMARY.since]: want.since, [SUMMARY.until]: want.until, [SUMMARY.digest]: unit.digest },
+          'schema-id': schema['schema-id'],
+        };
+        const next = nextVersion(table, head, locate, now, {
+          'last-sequence-number': seq,
+          'current-snapshot-id': id,
+          refs: { ...m.refs, main: { 'snapshot-id': id, type: 'branch' } },
+          snapshots: [...m.snapshots, snapshot],
+          'snapshot-log': [...m['snapshot-log'], { 'timestamp-ms': now, 'snapshot-id': id }],
+        });
+        if (await store.commit(head.version + 1, next, unit.signal)) {
+          fault('iceberg.afterCommit');
+          await store.hint(head.version + 1, unit.signal);
+          fault('iceberg.afterVersionHint');
+          // How long the commit took and how many races it lost: what tells a table with too many writers.
+          this.build.log.debug({ sink: unit.sink, table, version: head.version + 1, attempts: attempt + 1, manifestsMerged: carried.read, commitMs: Math.round((performance.now() - commitStarted) * 10) / 10 }, 'iceberg: committed');
+          return { rows: unit.plannedRows, bytes, duplicate: false };
+        }
         if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
         await store.backoff(attempt, unit.signal);
-        continue;
       }
-      const mine = manifestFileOf({ manifestPath: locate(manifestKey), manifestLength: manifest.length, specId: spec['spec-id'], snapshotId: id, sequenceNumber: seq, partitionFields: fields, entries });
-      const list = encodeManifestList({ snapshotId: id, parentSnapshotId: parent ? parent['snapshot-id'] : null, sequenceNumber: seq, manifests: [...carried.manifests, mine] });
-      const listKey = `${table}/metadata/snap-${id}-${attempt + 1}-${randomUUID()}.avro`;
-      await destination.putIfAbsent(listKey, once(list), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
-      fault('iceberg.afterManifestList');
-      const now = Date.now();
-      const snapshot: Snapshot = {
-        'snapshot-id': id,
-        ...(parent ? { 'parent-snapshot-id': parent['snapshot-id'] } : {}),
-        'sequence-number': seq,
-        'timestamp-ms': now,
-        'manifest-list': locate(listKey),
-        summary: { operation: 'append', ...summaryOf(parent, { addedFiles: files.length, addedRows: rows, addedBytes: bytes, partitions: files.length }), [SUMMARY.writer]: want.writer, [SUMMARY.partition]: want.partition, [SUMMARY.since]: want.since, [SUMMARY.until]: want.until, [SUMMARY.digest]: unit.digest },
-        'schema-id': schema['schema-id'],
-      };
-      const next = nextVersion(table, head, locate, now, {
-        'last-sequence-number': seq,
-        'current-snapshot-id': id,
-        refs: { ...m.refs, main: { 'snapshot-id': id, type: 'branch' } },
-        snapshots: [...m.snapshots, snapshot],
-        'snapshot-log': [...m['snapshot-log'], { 'timestamp-ms': now, 'snapshot-id': id }],
-      });
-      if (await store.commit(head.version + 1, next, unit.signal)) {
-        fault('iceberg.afterCommit');
-        await store.hint(head.version + 1, unit.signal);
-        fault('iceberg.afterVersionHint');
-        // How long the commit took and how many races it lost: what tells a table with too many writers.
-        this.build.log.debug({ sink: unit.sink, table, version: head.version + 1, attempts: attempt + 1, manifestsMerged: carried.read, commitMs: Math.round((performance.now() - commitStarted) * 10) / 10 }, 'iceberg: committed');
-        return { rows: unit.plannedRows, bytes, duplicate: false };
-      }
-      if (attempt + 1 >= this.cfg.commitAttempts) throw this.lostRaces(unit, attempt + 1);
-      await store.backoff(attempt, unit.signal);
+    } finally {
+      // Never left writing after the unit returns or fails.
+      if (!manifestStored) await manifestPut.catch(() => undefined);
     }
   }
 
