@@ -27,7 +27,7 @@ import { TableStore } from '../../plugins/format-iceberg/src/table.js';
 import type { BlobDestination } from '../../types/index.js';
 import { avroFilesOf, checkAvroFiles, fileRoute, readIcebergTable, serveDir } from '../support/iceberg.js';
 import { ingestText, type Json, openKernel, runBin, sampleConfig, writeConfig } from '../support/kernel.js';
-import { localFs } from '../support/local-fs.js';
+import { localFs, overDestination } from '../support/local-fs.js';
 import { tempDir } from '../support/tmp.js';
 
 process.env.HYPSINK_LOG_LEVEL ??= 'warn';
@@ -197,14 +197,7 @@ function heldOnce(inner: BlobDestination, op: 'putIfAbsent' | 'get', match: (key
     arrived();
     await gate;
   };
-  return {
-    ...inner,
-    describe: inner.describe.bind(inner),
-    close: inner.close.bind(inner),
-    locate: inner.locate!.bind(inner),
-    list: inner.list!.bind(inner),
-    remove: inner.remove!.bind(inner),
-    replace: inner.replace!.bind(inner),
+  return overDestination(inner, {
     async get(key, opts) {
       if (op === 'get') await hold(key);
       return inner.get!(key, opts);
@@ -213,7 +206,7 @@ function heldOnce(inner: BlobDestination, op: 'putIfAbsent' | 'get', match: (key
       if (op === 'putIfAbsent') await hold(key);
       return inner.putIfAbsent(key, body, opts);
     },
-  };
+  });
 }
 
 const log = { debug() {}, info() {}, warn() {}, error() {} };

@@ -18,7 +18,7 @@ import type { BlobDestination } from '../../types/index.js';
 import { anyOf, type FaultRule } from '../support/fault-proxy.js';
 import { fileRoute, readIcebergTable, s3Route, serveDir, startConditionalS3 } from '../support/iceberg.js';
 import { eventLines, ingestText, type Json, sampleConfig, writeConfig, withKernel as run } from '../support/kernel.js';
-import { localFs } from '../support/local-fs.js';
+import { localFs, overDestination } from '../support/local-fs.js';
 import { S3RVER_ACCESS_KEY_ID } from '../support/s3server.js';
 import { tempDir } from '../support/tmp.js';
 
@@ -177,15 +177,7 @@ test('S3: one writer\'s hint PUT held at the proxy while another writer commits 
 /** The real local-fs destination, its `replace` of the hint held at `gate` once. */
 function heldHint(inner: BlobDestination, arrived: () => void, gate: Promise<void>): BlobDestination {
   let holding = true;
-  return {
-    ...inner,
-    putIfAbsent: inner.putIfAbsent.bind(inner),
-    describe: inner.describe.bind(inner),
-    close: inner.close.bind(inner),
-    locate: inner.locate!.bind(inner),
-    list: inner.list!.bind(inner),
-    get: inner.get!.bind(inner),
-    remove: inner.remove!.bind(inner),
+  return overDestination(inner, {
     async replace(key, bytes, opts) {
       if (holding && key.endsWith('/metadata/version-hint.text')) {
         holding = false;
@@ -194,7 +186,7 @@ function heldHint(inner: BlobDestination, arrived: () => void, gate: Promise<voi
       }
       return inner.replace!(key, bytes, opts);
     },
-  };
+  });
 }
 
 test('local-fs: a hint write that lands after another writer committed and hinted a newer version is followed by the newest', async () => {
@@ -231,20 +223,12 @@ test('local-fs: a hint write that lands after another writer committed and hinte
 
 /** `inner` with its reads of metadata versions counted, by key. */
 function countedGets(inner: BlobDestination, gets: string[]): BlobDestination {
-  return {
-    ...inner,
-    putIfAbsent: inner.putIfAbsent.bind(inner),
-    describe: inner.describe.bind(inner),
-    close: inner.close.bind(inner),
-    locate: inner.locate!.bind(inner),
-    list: inner.list!.bind(inner),
-    remove: inner.remove!.bind(inner),
-    replace: inner.replace!.bind(inner),
+  return overDestination(inner, {
     get(key, opts) {
       gets.push(key.slice(key.lastIndexOf('/') + 1));
       return inner.get!(key, opts);
     },
-  };
+  });
 }
 
 test('local-fs: a hint pointed at the version just committed looks for a newer one once, after writing; behind two newer ones it ends on the newest', async () => {
@@ -279,8 +263,7 @@ test('local-fs: expiry removes nothing the version the hint names still reaches,
   const inner = localFs(lake);
   let late = true;
   // Expiry's hint write, followed at once by a late hint of the version before (a writer that committed it, slow).
-  const dest: BlobDestination = {
-    ...heldHint(inner, () => {}, Promise.resolve()),
+  const dest = overDestination(inner, {
     async replace(key, bytes, opts) {
       await inner.replace!(key, bytes, opts);
       if (late && key.endsWith('/metadata/version-hint.text')) {
@@ -288,7 +271,7 @@ test('local-fs: expiry removes nothing the version the hint names still reaches,
         await inner.replace!(key, new TextEncoder().encode(`${before}\n`), opts);
       }
     },
-  };
+  });
   const log = { debug() {}, info() {}, warn() {}, error() {}, child: () => log } as unknown as ConstructorParameters<typeof TableStore>[3];
   const { expireSnapshots } = await import('../../plugins/format-iceberg/src/maintain.js');
   const cfg = { maxSnapshotAgeMs: 1, minSnapshotsToKeep: 1, commitAttempts: 40 } as Parameters<typeof expireSnapshots>[2];
