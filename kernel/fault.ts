@@ -36,7 +36,7 @@ export const FAULT_POINTS = {
   'forget.afterRename': "a forgotten sink's watermarks are renamed away, not yet removed",
   'blob.afterDayBlob': 'one blob of a multi-blob unit (time keys: one per day or hour) is stored, others not yet',
   'iceberg.afterDataFile': "one of a unit's Iceberg data files is stored (after each), no manifest names it",
-  'iceberg.afterManifest': "the unit's manifest is stored (its first manifest list perhaps too), no metadata version names them",
+  'iceberg.afterManifest': "the unit's manifest and its first manifest list are stored, no metadata version names them",
   'iceberg.afterManifestList': 'the manifest list of the snapshot is stored, the metadata version not yet created',
   'iceberg.afterCommit': "the table's next metadata version is created (the unit committed), the version hint not yet moved",
   'iceberg.afterVersionHint': 'the version hint names the new version, the watermark not yet advanced',

@@ -389,8 +389,9 @@ class IcebergWriter {
         const listKey = `${table}/metadata/snap-${id}-${attempt + 1}-${randomUUID()}.avro`;
         const listPut = destination.putIfAbsent(listKey, once(list), { contentType: 'application/avro', signal: unit.signal, exclusive: true });
         if (!manifestStored) {
-          listPut.catch(() => undefined); // awaited below, whatever the manifest's put answers
-          await manifestPut;
+          // Both answered before either failure is thrown: nothing is left writing.
+          const [stored] = await Promise.allSettled([manifestPut, listPut]);
+          if (stored.status === 'rejected') throw stored.reason;
           manifestStored = true;
           fault('iceberg.afterManifest');
         }
