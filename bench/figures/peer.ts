@@ -8,7 +8,7 @@
  * of rows/s (DuckDB's time ÷ ours) and of the Parquet bytes written.
  * Reported beside them, with no target: the export against DuckDB reading the
  * same cache files and writing their rows as Parquet (duckdb-copy.mjs's `recode`),
- * the export's own decode and encode done by a native engine. @ref LLP 0101
+ * the export's own decode and encode done by a native engine. @ref LLP 0101, LLP 0111
  */
 import { promises as fsp } from 'node:fs';
 import { join } from 'node:path';
