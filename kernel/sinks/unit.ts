@@ -30,6 +30,38 @@ export function note(runs: SeqRuns, s: bigint): void {
   else runs.push([s, s]);
 }
 
+/**
+ * Note a batch's seqs, as `note` of each in turn would. Each seq is compared
+ * with the one before by its 32-bit halves, and a BigInt is made only where a
+ * stretch of equal or consecutive seqs ends: a BigInt per row (reading the
+ * element, then adding 1n) cost a 1M-row export ~90 ms of its main thread.
+ * After `note(x)` the last run ends at x, so "the seq before" is the run's end.
+ * @ref LLP 0112
+ */
+export function noteAll(runs: SeqRuns, seqs: BigInt64Array): void {
+  const n = seqs.length;
+  if (n === 0) return;
+  const lo = new Uint32Array(seqs.buffer, seqs.byteOffset, n * 2);
+  const hi = new Int32Array(seqs.buffer, seqs.byteOffset, n * 2);
+  note(runs, seqs[0]!);
+  let i = 1;
+  while (i < n) {
+    let j = i;
+    for (; j < n; j++) {
+      const l0 = lo[2 * j - 2]!;
+      const l1 = lo[2 * j]!;
+      const h0 = hi[2 * j - 1]!;
+      const h1 = hi[2 * j + 1]!;
+      // The same seq, or the next one (its low half carried into the high one, or not).
+      const follows = (h1 === h0 && (l1 === l0 || l1 === l0 + 1)) || (l0 === 0xffffffff && l1 === 0 && h1 === h0 + 1);
+      if (!follows) break;
+    }
+    if (j > i) runs[runs.length - 1]![1] = seqs[j - 1]!;
+    if (j < n) note(runs, seqs[j]!);
+    i = j + 1;
+  }
+}
+
 const cont = (seq: string): Continuation => ({ v: 1, seq });
 
 /** `(since, until]` of a partition, as messages name it. */
@@ -173,7 +205,7 @@ export function shippedSchema(u: UnitSource): DatasetSchema {
 async function* shippedBatches(u: UnitSource, since: bigint, until: string, seen: SeqRuns, refused: Refused[]): AsyncIterable<RecordBatch> {
   // Decoded row groups are reused: the planner has just decoded the one the unit ends in.
   for await (const b of u.cache.storage.scan(u.cache.store(u.p), rangeOf(since, until), u.schema.columns, true)) {
-    for (const x of b.seqs) note(seen, x);
+    noteAll(seen, b.seqs);
     if (!u.chain) {
       yield b.batch as RecordBatch;
       continue;
