@@ -6,9 +6,9 @@
  *     a reference point, not a competitor: the cache's data files read in seq
  *     order (listed by the first seq each one's name carries, so no sort) and
  *     their user columns written as one zstd Parquet file with the export's
- *     types (timestamps UTC µs, JSON as JSON) and row groups: an export's
- *     decode and encode by a native engine on every core, none of its
- *     bookkeeping (LLP 0101, LLP 0111).
+ *     types (the demo dataset's `ts` as UTC µs, `payload` as JSON) and row
+ *     groups: an export's decode and encode by a native engine on every
+ *     core, none of its bookkeeping (LLP 0101, LLP 0111).
  * Plain JavaScript, so no TypeScript loader is timed with it.
  */
 import { readdirSync } from 'node:fs';
