@@ -216,7 +216,6 @@ async function historyTable(ctx: BenchContext, name: string) {
  */
 async function commitsOverHistory(ctx: BenchContext, units: number, pairs: number) {
   const old = await historyTable(ctx, 'old');
-  const ratios: number[] = [];
   const early: number[] = [];
   const late: number[] = [];
   let maxMerged = 0;
@@ -230,14 +229,18 @@ async function commitsOverHistory(ctx: BenchContext, units: number, pairs: numbe
       const young = await historyTable(ctx, `young-${p}`);
       try {
         await young.tick(); // its first 100 commits: a new table's, in neither window
-        const windows: { young?: Commit[]; old?: Commit[] } = {};
-        for (const side of p % 2 === 0 ? (['young', 'old'] as const) : (['old', 'young'] as const)) windows[side] = await (side === 'young' ? young : old).tick();
-        const y = median(windows.young!.map((c) => c.ms));
-        const o = median(windows.old!.map((c) => c.ms));
-        early.push(y);
-        late.push(o);
-        ratios.push(o / y);
-        maxMerged = Math.max(maxMerged, ...windows.old!.map((c) => c.merged));
+        let y: Commit[];
+        let o: Commit[];
+        if (p % 2 === 0) {
+          y = await young.tick();
+          o = await old.tick();
+        } else {
+          o = await old.tick();
+          y = await young.tick();
+        }
+        early.push(median(y.map((c) => c.ms)));
+        late.push(median(o.map((c) => c.ms)));
+        maxMerged = Math.max(maxMerged, ...o.map((c) => c.merged));
       } finally {
         await young.close();
       }
@@ -245,7 +248,7 @@ async function commitsOverHistory(ctx: BenchContext, units: number, pairs: numbe
   } finally {
     await old.close();
   }
-  return { early, late, ratios, maxMerged };
+  return { early, late, ratios: late.map((o, i) => o / early[i]!), maxMerged };
 }
 
 /** `total-data-files` of the current snapshot of a local table, from its newest metadata version. */
